@@ -1,0 +1,60 @@
+# The front door: `make demo` and `make test` do all of their own set-up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := $(CURDIR)/.venv
+BIN := $(VENV)/bin
+CACHE := $(CURDIR)/.cache
+MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
+export OUTBOX_CACHE_DIR := $(CACHE)
+
+.PHONY: help setup system venv jars test test-unit lint fmt constraints clean
+
+help:
+	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
+	@echo "make test-unit - tests that start no services"
+	@echo "make lint      - ruff check, ruff format --check, mypy"
+	@echo "make fmt       - ruff format + ruff check --fix"
+	@echo "make setup     - system packages (as root), .venv, Maven jars into .cache/jvm"
+	@echo "make clean     - remove .venv and .cache"
+
+setup: system venv jars
+
+system:
+	@scripts/install-system-packages.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
+	touch $@
+
+jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/spark/.resolved
+
+$(CACHE)/jvm/%/.resolved: jvm/%/pom.xml
+	rm -rf $(CACHE)/jvm/$*
+	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CACHE)/jvm/$*
+	touch $@
+
+test: setup
+	$(BIN)/pytest
+
+test-unit: venv
+	$(BIN)/pytest -m "not integration"
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+fmt: venv
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+constraints: venv
+	( echo '# Exact versions CI installs (`pip install -c constraints.txt`); refresh with `make constraints`.'; \
+	  $(BIN)/pip freeze --exclude-editable | grep -v '^kafka-outbox' ) > constraints.txt
+
+clean:
+	rm -rf $(VENV) $(CACHE)

@@ -1,0 +1,1 @@
+"""The checker service and the Spark audit jobs."""

@@ -1,0 +1,182 @@
+"""A single-node KRaft broker run as a local Java process from the Maven-resolved jars.
+
+This is what the distribution's scripts do (``kafka-storage.sh format``, ``kafka-server-start.sh``),
+spelled as Java main classes, so no download site is needed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from outbox.testing.ports import free_port
+from outbox.testing.readiness import wait_for_kafka
+from outbox.testing.service import RunningService, ServiceStartError
+from outbox.testing.settings import HarnessSettings
+
+HEAP = "-Xmx768m"
+
+
+def server_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
+    """A combined broker+controller config with replication factor 1 everywhere.
+
+    A single broker needs factor 1 and min ISR 1 for the offsets and transaction-state topics or
+    ``init_transactions()`` never completes.
+    """
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={log_dir}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=4",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=true",
+            "log.cleaner.backoff.ms=1000",
+            "",
+        ]
+    )
+
+
+class KafkaProcess:
+    """Formats a data folder and runs ``kafka.Kafka`` on free loopback ports."""
+
+    def __init__(self, settings: HarnessSettings, workdir: Path | None = None) -> None:
+        self.settings = settings
+        self.classpath = settings.kafka_classpath()
+        self.java = shutil.which("java")
+        if self.java is None:
+            raise ServiceStartError("no `java` on PATH; install a Java 17 runtime (openjdk-17-jre)")
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="outbox-kafka-"))
+        self.port = free_port()
+        self.controller_port = free_port()
+        self.config = self.workdir / "server.properties"
+        self.log_file = self.workdir / "server.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _java(self, main: str, *args: str, log: Path) -> list[str]:
+        log4j = resources.files("outbox.testing") / "resources" / "log4j2.properties"
+        return [
+            str(self.java),
+            HEAP,
+            "-XX:+UseG1GC",
+            "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={log4j}",
+            f"-Dkafka.logs.file={log}",
+            "-cp",
+            self.classpath,
+            main,
+            *args,
+        ]
+
+    def format(self) -> None:
+        data = self.workdir / "data"
+        self.config.write_text(
+            server_properties(port=self.port, controller_port=self.controller_port, log_dir=data)
+        )
+        cluster_id = _run(self._java("kafka.tools.StorageTool", "random-uuid", log=self.log_file))
+        _run(
+            self._java(
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id.strip().splitlines()[-1],
+                "-c",
+                str(self.config),
+                log=self.log_file,
+            )
+        )
+
+    def start(self, timeout: float = 90.0) -> None:
+        out = (self.workdir / "stdout.log").open("ab")
+        self.proc = subprocess.Popen(
+            self._java("kafka.Kafka", str(self.config), log=self.log_file),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        atexit.register(self.kill)
+        try:
+            wait_for_kafka(self.bootstrap, timeout=timeout, alive=self.alive)
+        except ServiceStartError as err:
+            self.kill()
+            raise ServiceStartError(f"{err}\n--- broker log tail ---\n{self.logs(60)}") from err
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM and wait for a clean shutdown; SIGKILL when it takes too long."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def logs(self, tail: int | None = None) -> str:
+        text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
+        stdout = self.workdir / "stdout.log"
+        if stdout.exists():
+            text += stdout.read_text(errors="replace")
+        lines = text.splitlines()
+        return "\n".join(lines[-tail:] if tail else lines)
+
+
+def start_kafka_process(settings: HarnessSettings) -> RunningService:
+    """Start a broker as a local process; its data folder is removed on ``stop()``."""
+    broker = KafkaProcess(settings)
+    broker.format()
+    broker.start()
+
+    def stop() -> None:
+        broker.stop()
+        shutil.rmtree(broker.workdir, ignore_errors=True)
+
+    return RunningService(
+        name="kafka",
+        provider="local",
+        address=broker.bootstrap,
+        _stop=stop,
+        _logs=broker.logs,
+        _restart=broker.restart,
+    )
+
+
+def _run(cmd: list[str]) -> str:
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120)
+    if done.returncode != 0:
+        raise ServiceStartError(
+            f"`{' '.join(cmd[-4:])}` failed ({done.returncode}): {done.stderr or done.stdout}"
+        )
+    return done.stdout

@@ -1,0 +1,149 @@
+"""pytest fixtures that hand tests real services, started once per session.
+
+Loaded automatically (entry point ``pytest11``) where ``kafka-outbox[testing]`` is installed.
+
+Fixtures: ``kafka_bootstrap``, ``postgres_url``, ``sqlite_url``, ``db_url`` (parametrised over
+PostgreSQL and SQLite), the ``kafka_service`` / ``postgres_service`` handles, and
+``local_kafka`` / ``local_postgres`` / ``container_kafka`` / ``container_postgres`` pinned to one
+provider. Under ``CI=true`` a service that cannot start FAILS the test; elsewhere it skips with
+the reason (never a silent pass).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+
+from outbox.testing.providers import Provider, start_kafka, start_postgres
+from outbox.testing.service import RunningService, ServiceStartError
+from outbox.testing.settings import HarnessSettings
+
+_started: list[RunningService] = []
+
+
+def _announce(config: pytest.Config, line: str) -> None:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"[outbox.testing] {line}")
+
+
+def _start(
+    request: pytest.FixtureRequest,
+    starter: Callable[..., RunningService],
+    provider: Provider | None = None,
+) -> RunningService:
+    settings: HarnessSettings = request.getfixturevalue("harness_settings")
+    try:
+        service = starter(settings, provider=provider)
+    except ServiceStartError as err:
+        message = f"could not start a test service: {err}"
+        if settings.ci:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    _started.append(service)
+    _announce(request.config, f"started {service.describe()}")
+    return service
+
+
+@pytest.fixture(scope="session")
+def harness_settings() -> HarnessSettings:
+    return HarnessSettings.from_env()
+
+
+@pytest.fixture(scope="session")
+def kafka_service(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    service = _start(request, start_kafka)
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_service(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    service = _start(request, start_postgres)
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(kafka_service: RunningService) -> str:
+    return kafka_service.address
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_service: RunningService) -> str:
+    return postgres_service.address
+
+
+@pytest.fixture(scope="session")
+def sqlite_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path: Path = tmp_path_factory.mktemp("sqlite") / "outbox.db"
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture(scope="session", params=["postgresql", "sqlite"])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """Each test using it runs once on PostgreSQL and once on SQLite."""
+    name = "postgres_url" if request.param == "postgresql" else "sqlite_url"
+    url: str = request.getfixturevalue(name)
+    return url
+
+
+def _pinned(
+    request: pytest.FixtureRequest,
+    session_fixture: str,
+    starter: Callable[..., RunningService],
+    provider: Provider,
+) -> Iterator[RunningService]:
+    """The session's service when it already runs on ``provider``, else a private one."""
+    settings: HarnessSettings = request.getfixturevalue("harness_settings")
+    if settings.provider in (provider, "auto"):
+        shared: RunningService = request.getfixturevalue(session_fixture)
+        if shared.provider == provider:
+            yield shared
+            return
+    service = _start(request, starter, provider)
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def local_kafka(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    yield from _pinned(request, "kafka_service", start_kafka, "local")
+
+
+@pytest.fixture(scope="session")
+def local_postgres(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    yield from _pinned(request, "postgres_service", start_postgres, "local")
+
+
+@pytest.fixture(scope="session")
+def container_kafka(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    yield from _pinned(request, "kafka_service", start_kafka, "containers")
+
+
+@pytest.fixture(scope="session")
+def container_postgres(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    yield from _pinned(request, "postgres_service", start_postgres, "containers")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Attach the tail of every running service's log to a failed test's report."""
+    report = yield
+    if report.failed and call.when == "call":
+        for service in _started:
+            if not service.stopped:
+                tail = "\n".join(service.logs().splitlines()[-40:])
+                report.sections.append((f"{service.name} log ({service.provider})", tail))
+    return report
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _started:
+        terminalreporter.section("outbox.testing services")
+        for service in _started:
+            terminalreporter.write_line(service.describe())

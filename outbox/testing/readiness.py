@@ -1,0 +1,80 @@
+"""Wait until a started service really works, not merely until its port is open."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from outbox.testing.service import ServiceStartError
+
+
+def wait_for_kafka(
+    bootstrap: str, *, timeout: float = 90.0, alive: Callable[[], bool] = lambda: True
+) -> None:
+    """Block until a produce + consume round trip through ``bootstrap`` succeeds.
+
+    Raises:
+        ServiceStartError: the broker did not answer within ``timeout`` or its process died.
+    """
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    deadline = time.monotonic() + timeout
+    topic = f"__outbox_readiness_{uuid.uuid4().hex[:8]}"
+    last_error: object = None
+    while time.monotonic() < deadline:
+        if not alive():
+            raise ServiceStartError(f"Kafka at {bootstrap} exited while starting")
+        try:
+            producer = Producer({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
+            producer.produce(topic, b"ping")
+            if producer.flush(5) != 0:
+                raise TimeoutError("produce not acknowledged within 5 s")
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": topic,
+                    "enable.auto.commit": False,
+                }
+            )
+            try:
+                consumer.assign([TopicPartition(topic, 0, 0)])
+                msg = consumer.poll(10)
+                if msg is not None and msg.error() is None and msg.value() == b"ping":
+                    return
+                last_error = msg.error() if msg is not None else "no record within 10 s"
+            finally:
+                consumer.close()
+        except (KafkaException, TimeoutError) as err:
+            last_error = err
+        time.sleep(0.5)
+    raise ServiceStartError(f"Kafka at {bootstrap} not ready after {timeout:.0f} s: {last_error}")
+
+
+def wait_for_postgres(
+    url: str, *, timeout: float = 60.0, alive: Callable[[], bool] = lambda: True
+) -> None:
+    """Block until ``SELECT 1`` succeeds on ``url`` (an SQLAlchemy URL).
+
+    Raises:
+        ServiceStartError: no answer within ``timeout``, or the server process died.
+    """
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    deadline = time.monotonic() + timeout
+    last_error: object = None
+    try:
+        while time.monotonic() < deadline:
+            if not alive():
+                raise ServiceStartError(f"PostgreSQL at {url} exited while starting")
+            try:
+                with engine.connect() as conn:
+                    conn.execute(sa.text("SELECT 1"))
+                return
+            except sa.exc.OperationalError as err:
+                last_error = err
+                time.sleep(0.3)
+    finally:
+        engine.dispose()
+    raise ServiceStartError(f"PostgreSQL at {url} not ready after {timeout:.0f} s: {last_error}")

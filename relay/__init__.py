@@ -1,0 +1,1 @@
+"""The relay service: promotes committed half messages to their real topics."""

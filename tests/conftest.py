@@ -1,0 +1,39 @@
+"""Shared fixtures. The real-service fixtures come from the ``outbox.testing`` pytest plugin."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outbox.testing import HarnessSettings
+
+
+@pytest.fixture(scope="session")
+def spark(harness_settings: HarnessSettings) -> Iterator[object]:
+    """A local[2] SparkSession with the Kafka source and the PostgreSQL driver on its classpath."""
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as err:  # pragma: no cover - dev installs always have it
+        pytest.fail(f"pyspark is not installed ({err}); run `make setup`", pytrace=False)
+    jars = sorted(Path(harness_settings.spark_jars_dir).glob("*.jar"))
+    if not any(j.name.startswith("spark-sql-kafka") for j in jars):
+        message = f"no spark-sql-kafka jar in {harness_settings.spark_jars_dir}; run `make jars`"
+        if harness_settings.ci:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("outbox-tests")
+        .config("spark.jars", ",".join(str(j) for j in jars))
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("WARN")
+    yield session
+    session.stop()

@@ -1,0 +1,52 @@
+"""Small Kafka helpers for tests: create a topic, read a partition range to the end."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(
+    bootstrap: str, name: str, *, partitions: int = 1, config: dict[str, str] | None = None
+) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
+    )
+    futures[name].result(30)
+
+
+def read_partition(
+    bootstrap: str, topic: str, *, partition: int = 0, isolation: str = "read_committed"
+) -> list[bytes]:
+    """Every record of one partition up to its current end, as a fresh consumer sees it."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("reader"),
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        tp = TopicPartition(topic, partition)
+        _, high = consumer.get_watermark_offsets(tp, timeout=30)
+        consumer.assign([TopicPartition(topic, partition, 0)])
+        values: list[bytes] = []
+        while True:
+            msg = consumer.poll(5.0)
+            if msg is None:
+                break
+            assert msg.error() is None, msg.error()
+            values.append(msg.value())
+            if msg.offset() >= high - 1:
+                break
+        return values
+    finally:
+        consumer.close()
