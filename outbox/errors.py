@@ -3,10 +3,103 @@
 ::
 
     OutboxError
+    ├── ConfigurationError          bad settings or decorator options
+    ├── ProtocolError               a record on an internal topic we cannot read
+    │   └── UnknownSchemaVersionError
+    ├── InvalidMessageError         bad input to send(), refused before anything is sent
+    │   ├── InvalidTopicError
+    │   │   └── InternalTopicError
+    │   ├── MessageTooLargeError
+    │   ├── SerializationError
+    │   ├── InvalidHeaderError
+    │   └── DelayNotSupportedError
+    ├── NoActiveTransactionError    send() outside a transaction
+    ├── ProducerClosedError
+    ├── HalfSendError               half message not acknowledged; the local transaction did not run
+    ├── TransactionFencedError      a check fenced this transaction id; the DB rolled back
+    ├── TopicMismatchError          an internal topic exists with the wrong settings
+    └── KafkaOperationError         another Kafka failure (librdkafka error in ``.kafka_error``)
+
+Kafka errors are chained (``raise ... from err``), so ``err.__cause__.args[0].retriable()`` and
+friends stay reachable; :class:`KafkaOperationError` and :class:`HalfSendError` also expose the
+``KafkaError`` directly.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class OutboxError(Exception):
     """Raised for any failure of this project; catch it to catch them all."""
+
+
+class ConfigurationError(OutboxError):
+    """Raised when settings or decorator options are missing, unknown or invalid."""
+
+
+class ProtocolError(OutboxError):
+    """Raised when a half or op record cannot be decoded."""
+
+
+class UnknownSchemaVersionError(ProtocolError):
+    """Raised when a record carries a schema version this code does not know; never guessed at."""
+
+
+class InvalidMessageError(OutboxError):
+    """Raised when send() is given something it cannot send; nothing was sent."""
+
+
+class InvalidTopicError(InvalidMessageError):
+    """Raised when a topic name breaks Kafka's naming rules."""
+
+
+class InternalTopicError(InvalidTopicError):
+    """Raised when a message is addressed to one of the outbox's own internal topics."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """Raised when a serialized value is over the configured maximum."""
+
+
+class SerializationError(InvalidMessageError):
+    """Raised when a key, value or header has a type that cannot be sent without a serializer."""
+
+
+class InvalidHeaderError(InvalidMessageError):
+    """Raised when a header name is reserved or not a string."""
+
+
+class DelayNotSupportedError(InvalidMessageError):
+    """Raised when delayed or scheduled delivery is requested: transactional messages have none."""
+
+
+class NoActiveTransactionError(OutboxError):
+    """Raised when send() is called outside a transaction."""
+
+
+class ProducerClosedError(OutboxError):
+    """Raised when a closed producer is used."""
+
+
+class KafkaOperationError(OutboxError):
+    """Raised when Kafka refuses or fails an operation; ``kafka_error`` is librdkafka's error."""
+
+    def __init__(self, message: str, kafka_error: Any = None) -> None:
+        super().__init__(message)
+        self.kafka_error = kafka_error
+
+    def retriable(self) -> bool:
+        return bool(self.kafka_error is not None and self.kafka_error.retriable())
+
+
+class HalfSendError(KafkaOperationError):
+    """Raised when a half message was not acknowledged; the local transaction was not committed."""
+
+
+class TransactionFencedError(OutboxError):
+    """Raised when a check fenced this transaction id before it committed; the DB rolled back."""
+
+
+class TopicMismatchError(OutboxError):
+    """Raised when an internal topic exists with a partition count or policy we cannot work with."""

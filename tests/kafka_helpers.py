@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -22,6 +23,27 @@ def create_topic(
     futures[name].result(30)
 
 
+_SETTLING = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+}
+
+
+def watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30) -> tuple[int, int]:
+    """Low and high watermark, retrying while a fresh partition's leader settles in."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(low), int(high)
+        except KafkaException as err:
+            settling = err.args[0].code() in _SETTLING or err.args[0].retriable()
+            if not settling or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def read_partition(
     bootstrap: str, topic: str, *, partition: int = 0, isolation: str = "read_committed"
 ) -> list[bytes]:
@@ -36,7 +58,7 @@ def read_partition(
     )
     try:
         tp = TopicPartition(topic, partition)
-        _, high = consumer.get_watermark_offsets(tp, timeout=30)
+        _, high = watermarks(consumer, tp)
         consumer.assign([TopicPartition(topic, partition, 0)])
         values: list[bytes] = []
         while True:

@@ -1,0 +1,154 @@
+"""``@outbox.transactional`` and ``outbox.send()``: the decorator form of a transaction.
+
+::
+
+    outbox.configure(producer=OutboxProducer(settings), session_factory=Session)
+
+    @outbox.transactional
+    def place_order(order_id: str, *, session: Session) -> None:
+        session.add(Order(id=order_id))
+        outbox.send("orders", f'{{"id": "{order_id}"}}', key=order_id)
+
+A function with a ``session`` parameter gets the transaction's session when the caller passes
+none. Calls nested inside a running transaction join it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ParamSpec, TypeVar, overload
+
+from sqlalchemy.orm import Session
+
+from outbox.errors import ConfigurationError, NoActiveTransactionError
+from outbox.message import Headers, Serializer
+from outbox.producer import OutboxProducer, SessionSource, current
+from outbox.transaction import HalfCoordinates, OutboxTransaction
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_OPTIONS = ("producer", "session_factory")
+
+
+@dataclass
+class _Defaults:
+    producer: OutboxProducer | None = None
+    session_factory: SessionSource | None = None
+
+
+_defaults = _Defaults()
+
+
+def configure(
+    *, producer: OutboxProducer | None = None, session_factory: SessionSource | None = None
+) -> None:
+    """Set the producer and session factory that bare ``@transactional`` functions use."""
+    if producer is not None:
+        _check_producer(producer)
+        _defaults.producer = producer
+    if session_factory is not None:
+        _check_session_factory(session_factory)
+        _defaults.session_factory = session_factory
+
+
+@overload
+def transactional(fn: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def transactional(
+    *, producer: OutboxProducer | None = None, session_factory: SessionSource | None = None
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def transactional(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
+    """Run the function as one local transaction whose messages are delivered iff it commits.
+
+    Usable bare (``@transactional``, with the defaults from :func:`configure`) or with
+    keyword-only options ``producer=`` and ``session_factory=``, checked at decoration time.
+
+    Raises:
+        ConfigurationError: an unknown option, or none configured when the function runs.
+    """
+    unknown = sorted(set(options) - set(_OPTIONS))
+    if unknown:
+        raise ConfigurationError(
+            f"the following options of @transactional are undefined: {', '.join(unknown)}; "
+            f"the options are: {', '.join(_OPTIONS)}"
+        )
+    if options.get("producer") is not None:
+        _check_producer(options["producer"])
+    if options.get("session_factory") is not None:
+        _check_session_factory(options["session_factory"])
+    if fn is None:
+        return lambda f: _wrap(f, options)
+    if not callable(fn):
+        raise ConfigurationError(f"@transactional decorates functions, not {fn!r}")
+    return _wrap(fn, options)
+
+
+def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
+    takes_session = "session" in inspect.signature(fn).parameters
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        producer = options.get("producer") or _defaults.producer
+        factory = options.get("session_factory") or _defaults.session_factory
+        if producer is None or factory is None:
+            raise ConfigurationError(
+                f"{fn.__qualname__} is @transactional but no producer/session factory is set; "
+                "call outbox.configure(producer=..., session_factory=...) at start-up or pass "
+                "them as options of the decorator"
+            )
+        with producer.transaction(factory) as txn:
+            if takes_session and "session" not in kwargs:
+                kwargs["session"] = txn.session
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def send(
+    topic: str,
+    value: Any,
+    key: Any = None,
+    headers: Headers | None = None,
+    *,
+    serializer: Serializer | None = None,
+    delay: Any = None,
+) -> HalfCoordinates:
+    """Send a half message in the current transaction (see :meth:`OutboxTransaction.send`).
+
+    Raises:
+        NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
+    """
+    return current_transaction().send(
+        topic, value, key, headers, serializer=serializer, delay=delay
+    )
+
+
+def current_transaction() -> OutboxTransaction:
+    """The transaction this code runs in.
+
+    Raises:
+        NoActiveTransactionError: there is none.
+    """
+    txn = current.get()
+    if txn is None:
+        raise NoActiveTransactionError(
+            "outbox.send() was called outside a transaction; call it inside a function decorated "
+            "with @outbox.transactional or inside `with producer.transaction(...)`"
+        )
+    return txn
+
+
+def _check_producer(producer: object) -> None:
+    if not isinstance(producer, OutboxProducer):
+        raise ConfigurationError(f"producer must be an OutboxProducer, got {producer!r}")
+
+
+def _check_session_factory(factory: object) -> None:
+    if not callable(factory) and not isinstance(factory, Session):
+        raise ConfigurationError(
+            f"session_factory must be a sqlalchemy sessionmaker or Session, got {factory!r}"
+        )

@@ -1,0 +1,54 @@
+"""The evidence row: proof, inside the producer's own database, that a transaction committed.
+
+The table is created by the shipped Alembic migration (``outbox.migrations``). The producer
+writes ``kind='evidence'`` right after its half messages are acknowledged, inside the local
+transaction; the check endpoint writes ``kind='fence'`` for a transaction id it finds no evidence
+for, which makes a later commit of that transaction fail on the primary key.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from outbox.errors import TransactionFencedError
+
+metadata = sa.MetaData()
+
+#: Mirrors migration ``outbox_0001``; the migration, not this object, creates the table.
+evidence_table = sa.Table(
+    "outbox_evidence",
+    metadata,
+    sa.Column("txn_id", sa.String(36), primary_key=True),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("producer_group", sa.String(249), nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+
+EVIDENCE = "evidence"
+FENCE = "fence"
+
+
+def write_evidence(session: Session, txn_id: str, producer_group: str) -> None:
+    """Insert the evidence row in the session's current transaction.
+
+    Raises:
+        TransactionFencedError: a check already fenced this transaction id; the caller must
+            roll back (the outbox's transaction wrappers do).
+    """
+    row = {
+        "txn_id": txn_id,
+        "kind": EVIDENCE,
+        "producer_group": producer_group,
+        "created_at": dt.datetime.now(dt.UTC),
+    }
+    try:
+        session.execute(evidence_table.insert(), [row])
+    except sa.exc.IntegrityError as err:
+        raise TransactionFencedError(
+            f"transaction {txn_id} was fenced by a check (it answered ROLLBACK while this "
+            "transaction had not yet written its evidence); it is rolled back and its messages "
+            "will never be delivered - retry the business operation as a new transaction"
+        ) from err

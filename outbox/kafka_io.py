@@ -1,0 +1,234 @@
+"""The producer's Kafka side: half records sent and awaited, op records sent best-effort.
+
+One librdkafka producer (idempotent, ``acks=all``) serves every thread. A background thread
+serves delivery callbacks, so a sender waits only for its own records, not for everybody's
+(``flush()`` would).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, Message, Producer
+from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from outbox.errors import HalfSendError, KafkaOperationError, ProducerClosedError
+from outbox.protocol.half import HalfMessage, encode_half_headers
+from outbox.protocol.op import OpRecord, encode_op
+from outbox.settings import OutboxSettings
+
+log = logging.getLogger("outbox")
+
+
+@dataclass(frozen=True)
+class HalfBatch:
+    """The half records of one send: same transaction, same partition."""
+
+    txn_id: str
+    partition: int
+    first_index: int
+    messages: Sequence[HalfMessage]
+    count: int | None
+    check_immunity_s: int | None = None
+
+
+class _Waiter:
+    """Counts down delivery reports of one batch; keeps offsets in send order."""
+
+    def __init__(self, n: int) -> None:
+        self.offsets: list[int | None] = [None] * n
+        self.errors: list[KafkaError] = []
+        self._left = n
+        self._lock = threading.Lock()
+        self.done = threading.Event()
+
+    def callback(self, i: int) -> Callable[[KafkaError | None, Message], None]:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            with self._lock:
+                if err is not None:
+                    self.errors.append(err)
+                else:
+                    self.offsets[i] = msg.offset()
+                self._left -= 1
+                if self._left == 0:
+                    self.done.set()
+
+        return on_delivery
+
+
+class KafkaIO:
+    """Sends half and op records for one producer group."""
+
+    def __init__(self, settings: OutboxSettings) -> None:
+        self.settings = settings
+        config = {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 1,
+            "message.timeout.ms": int(settings.send_timeout_s * 1000),
+            **settings.kafka,
+        }
+        self._producer = Producer(config)
+        self._closed = threading.Event()
+        self.ops_failed = 0
+        self.ops_sent = 0
+        self._poller = threading.Thread(target=self._poll, name="outbox-kafka-poll", daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._closed.is_set():
+            self._producer.poll(0.05)
+
+    def send_halves(self, batch: HalfBatch) -> list[int]:
+        """Send and await the batch; its offsets in order.
+
+        Raises:
+            HalfSendError: not acknowledged after ``send_attempts`` attempts.
+        """
+        self._check_open()
+        try:
+            for attempt in Retrying(
+                stop=stop_after_attempt(self.settings.send_attempts),
+                wait=wait_exponential(multiplier=0.1, max=2),
+                retry=retry_if_exception(_retriable),
+                reraise=True,
+            ):
+                with attempt:
+                    return self._send_once(batch)
+        except RetryError as err:  # pragma: no cover - reraise=True makes this unreachable
+            raise HalfSendError(str(err)) from err
+        raise AssertionError("unreachable")
+
+    def _send_once(self, batch: HalfBatch) -> list[int]:
+        waiter = _Waiter(len(batch.messages))
+        now_ms = int(time.time() * 1000)
+        topic = self.settings.topics.half
+        for i, message in enumerate(batch.messages):
+            headers: list[tuple[str, str | bytes | None]] = encode_half_headers(  # type: ignore[assignment]
+                txn_id=batch.txn_id,
+                producer_group=self.settings.producer_group,
+                message=message,
+                index=batch.first_index + i,
+                count=batch.count,
+                created_at_ms=now_ms,
+                check_immunity_s=batch.check_immunity_s,
+            )
+            self._produce(topic, batch.txn_id.encode(), message.value, headers, batch, waiter, i)
+        if not waiter.done.wait(self.settings.send_timeout_s + 5):
+            raise HalfSendError(
+                f"half message(s) of transaction {batch.txn_id} not acknowledged within "
+                f"{self.settings.send_timeout_s} s; is Kafka at "
+                f"{self.settings.bootstrap_servers} up?"
+            )
+        if waiter.errors:
+            error = waiter.errors[0]
+            raise HalfSendError(
+                f"half message(s) of transaction {batch.txn_id} refused: {error.str()}", error
+            )
+        return [o for o in waiter.offsets if o is not None]
+
+    def _produce(
+        self,
+        topic: str,
+        key: bytes,
+        value: bytes | None,
+        headers: list[tuple[str, str | bytes | None]],
+        batch: HalfBatch,
+        waiter: _Waiter,
+        i: int,
+    ) -> None:
+        try:
+            self._producer.produce(
+                topic,
+                value=value,
+                key=key,
+                headers=headers,
+                partition=batch.partition,
+                on_delivery=waiter.callback(i),
+            )
+        except BufferError as err:
+            raise HalfSendError(f"the producer's local queue is full: {err}") from err
+        except Exception as err:  # KafkaException from produce(): e.g. unknown partition
+            kafka_error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
+            raise HalfSendError(f"cannot send a half message: {err}", kafka_error) from err
+
+    def send_op(self, op: OpRecord) -> bool:
+        """Send an op record and wait up to ``op_timeout_s``; False (logged) when it failed.
+
+        Failure is not raised: the transaction is already decided in the database, and the
+        checker resolves it from there.
+        """
+        if self._closed.is_set():
+            self.ops_failed += 1
+            log.warning("op %s for %s not sent: producer closed", op.state, op.txn_id)
+            return False
+        key, value = encode_op(op)
+        waiter = _Waiter(1)
+        try:
+            self._producer.produce(
+                self.settings.topics.op,
+                key=key,
+                value=value,
+                partition=op.half_partition,
+                on_delivery=waiter.callback(0),
+            )
+        except Exception as err:
+            return self._op_failed(op, repr(err))
+        if not waiter.done.wait(self.settings.op_timeout_s):
+            return self._op_failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
+        if waiter.errors:
+            return self._op_failed(op, waiter.errors[0].str())
+        self.ops_sent += 1
+        return True
+
+    def _op_failed(self, op: OpRecord, why: str) -> bool:
+        self.ops_failed += 1
+        log.warning(
+            "op %s for transaction %s not written (%s); the checker will resolve it",
+            op.state.value,
+            op.txn_id,
+            why,
+        )
+        return False
+
+    def partitions(self) -> int:
+        """Partition count of the half topic, as the broker reports it."""
+        topic = self.settings.topics.half
+        try:
+            # All topics, not just ours: asking for one by name may auto-create it with 1 partition.
+            metadata = self._producer.list_topics(timeout=self.settings.send_timeout_s)
+        except Exception as err:
+            raise HalfSendError(f"cannot read metadata of {topic}: {err}") from err
+        found = metadata.topics.get(topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise KafkaOperationError(
+                f"internal topic {topic} does not exist; run outbox.ensure_topics(settings) "
+                "(or `outbox topics ensure`) first"
+            )
+        return len(found.partitions)
+
+    def _check_open(self) -> None:
+        if self._closed.is_set():
+            raise ProducerClosedError("this outbox producer is closed; create a new one")
+
+    def close(self, timeout: float = 10.0) -> None:
+        if self._closed.is_set():
+            return
+        self._producer.flush(timeout)
+        self._closed.set()
+        self._poller.join()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+
+def _retriable(err: BaseException) -> bool:
+    if not isinstance(err, HalfSendError):
+        return False
+    return err.kafka_error is None or bool(err.kafka_error.retriable())

@@ -1,0 +1,178 @@
+"""Turning what a caller passes to ``send()`` into a validated :class:`HalfMessage`.
+
+Every check happens here, before anything is sent, so bad input never leaves a half record
+behind: Kafka's topic-name rules, the internal prefix, the size limit, value/key/header types,
+reserved header names, and delayed delivery (which transactional messages do not support, as in
+RocketMQ).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from outbox.errors import (
+    DelayNotSupportedError,
+    InternalTopicError,
+    InvalidHeaderError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    SerializationError,
+)
+from outbox.protocol.half import HalfMessage
+from outbox.protocol.headers import RESERVED_HEADER_PREFIX
+from outbox.protocol.topics import TopicNames
+
+Serializer = Callable[[Any], bytes]
+Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
+
+_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_LENGTH = 249
+
+
+@dataclass(frozen=True)
+class Message:
+    """A message as RocketMQ's API spells it: where it goes, what it says.
+
+    ``delay_level`` and ``deliver_at_ms`` exist only to be refused: transactional messages cannot
+    be delayed (RocketMQ clears the delay level of a transactional message).
+    """
+
+    topic: str
+    value: Any
+    key: Any = None
+    headers: Headers | None = None
+    delay_level: int | None = None
+    deliver_at_ms: int | None = None
+    properties: dict[str, str] = field(default_factory=dict)
+
+
+def json_serializer(value: Any) -> bytes:
+    """UTF-8 JSON, compact; a ready-made ``serializer=`` for dicts and lists."""
+    return json.dumps(value, separators=(",", ":"), default=str).encode()
+
+
+def validate_topic(topic: object, names: TopicNames) -> str:
+    """Kafka's rules for a topic name, plus: not one of ours.
+
+    Raises:
+        InvalidTopicError: not a legal Kafka topic name.
+        InternalTopicError: under the outbox's internal prefix.
+    """
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic must be a str, got {type(topic).__name__}: {topic!r}")
+    if topic in ("", ".", ".."):
+        raise InvalidTopicError(f"topic {topic!r} is not a legal Kafka topic name")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(
+            f"topic {topic[:40]!r}... is {len(topic)} characters; Kafka allows {MAX_TOPIC_LENGTH}"
+        )
+    if not _TOPIC_CHARS.match(topic):
+        bad = sorted({c for c in topic if not _TOPIC_CHARS.match(c)})
+        raise InvalidTopicError(
+            f"topic {topic!r} contains {''.join(bad)!r}; Kafka allows only ASCII letters, "
+            "digits, '.', '_' and '-'"
+        )
+    if names.is_internal(topic):
+        raise InternalTopicError(
+            f"topic {topic!r} is under the outbox's internal prefix {names.prefix!r}; "
+            "send to your real topic - the outbox routes it through its internal topics itself"
+        )
+    return topic
+
+
+def to_bytes(what: str, value: Any, serializer: Serializer | None) -> bytes | None:
+    """bytes and None pass; str is UTF-8; anything else needs a serializer.
+
+    Raises:
+        SerializationError: an unsupported type without a serializer, or a serializer that
+            did not return bytes.
+    """
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    if serializer is None:
+        raise SerializationError(
+            f"{what} of type {type(value).__name__} cannot be sent as is; pass bytes or str, or "
+            "a serializer (e.g. serializer=outbox.json_serializer)"
+        )
+    try:
+        data = serializer(value)
+    except Exception as err:
+        raise SerializationError(f"the serializer failed on the {what}: {err!r}") from err
+    if not isinstance(data, bytes):
+        raise SerializationError(
+            f"the serializer returned {type(data).__name__} for the {what}; it must return bytes"
+        )
+    return data
+
+
+def to_headers(headers: Headers | None) -> tuple[tuple[str, bytes], ...]:
+    """Validated user headers as ``(name, bytes)`` pairs, order kept.
+
+    Raises:
+        InvalidHeaderError: a name that is not a str, or that uses the reserved prefix.
+        SerializationError: a value that is neither str nor bytes.
+    """
+    if headers is None:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    result = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidHeaderError(f"header {item!r} is not a (name, value) pair")
+        name, value = item
+        if not isinstance(name, str) or not name:
+            raise InvalidHeaderError(f"header name {name!r} must be a non-empty str")
+        if name.lower().startswith(RESERVED_HEADER_PREFIX):
+            raise InvalidHeaderError(
+                f"header {name!r} uses the prefix {RESERVED_HEADER_PREFIX!r} the outbox reserves "
+                "for its own headers; rename it"
+            )
+        if isinstance(value, str):
+            value = value.encode()
+        if not isinstance(value, bytes):
+            raise SerializationError(
+                f"header {name!r} has a {type(value).__name__} value; header values must be "
+                "str or bytes"
+            )
+        result.append((name, value))
+    return tuple(result)
+
+
+def build_half_message(
+    *,
+    topic: Any,
+    value: Any,
+    key: Any,
+    headers: Headers | None,
+    names: TopicNames,
+    max_bytes: int,
+    serializer: Serializer | None = None,
+    delay: Any = None,
+) -> HalfMessage:
+    """Validate and serialize one message; raise before anything is sent."""
+    if delay is not None:
+        raise DelayNotSupportedError(
+            f"delayed or scheduled delivery ({delay!r}) is not supported for transactional "
+            "messages (as in RocketMQ); send without a delay, or schedule the business action"
+        )
+    message = HalfMessage(
+        topic=validate_topic(topic, names),
+        value=to_bytes("value", value, serializer),
+        key=to_bytes("key", key, serializer),
+        headers=to_headers(headers),
+    )
+    size = len(message.value or b"")
+    if size > max_bytes:
+        raise MessageTooLargeError(
+            f"value of {size} bytes for topic {message.topic!r} is over the limit of {max_bytes} "
+            "bytes; raise max_message_bytes (and the topics' max.message.bytes) or send less"
+        )
+    return message

@@ -1,0 +1,126 @@
+"""The outbox producer: a Kafka client for half and op records, and local transactions around it.
+
+Create one per process and share it between threads::
+
+    settings = OutboxSettings(bootstrap_servers="kafka:9092", producer_group="orders")
+    producer = OutboxProducer(settings)
+    with producer.transaction(Session) as txn:
+        txn.session.add(Order(...))
+        txn.send("orders", b"...", key=b"order-1")
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from types import TracebackType
+
+from sqlalchemy.orm import Session
+
+from outbox.evidence import write_evidence
+from outbox.kafka_io import KafkaIO
+from outbox.message import Serializer
+from outbox.protocol.states import LocalTransactionState
+from outbox.settings import OutboxSettings
+from outbox.transaction import OutboxTransaction
+
+log = logging.getLogger("outbox")
+
+SessionSource = Session | Callable[[], Session]
+
+#: The transaction the current thread or task is inside, for ``outbox.send()`` and nesting.
+current: ContextVar[OutboxTransaction | None] = ContextVar("outbox_transaction", default=None)
+
+
+class OutboxProducer:
+    """Sends half messages, runs local transactions, writes op records."""
+
+    def __init__(self, settings: OutboxSettings, *, serializer: Serializer | None = None) -> None:
+        self.settings = settings
+        self.serializer = serializer
+        self.kafka = KafkaIO(settings)
+        self._partitions: int | None = None
+
+    @property
+    def partitions(self) -> int:
+        """Partition count of the half topic (read once from the broker)."""
+        if self._partitions is None:
+            self._partitions = self.kafka.partitions()
+        return self._partitions
+
+    @contextmanager
+    def transaction(self, session: SessionSource) -> Iterator[OutboxTransaction]:
+        """A local DB transaction whose messages are delivered if and only if it commits.
+
+        ``session`` is a Session, or a factory (``sessionmaker``) whose session is closed at the
+        end. On normal exit: DB commit, then a COMMIT op. On exception: DB rollback, a ROLLBACK
+        op, and the exception propagates. When the DB commit itself fails, the outcome may be
+        unknown (a lost connection during COMMIT), so no op is written and the checker resolves
+        it from the evidence row.
+
+        Raises:
+            HalfSendError, InvalidMessageError, TransactionFencedError: from ``send()``.
+        """
+        outer = current.get()
+        if outer is not None:  # nested: join the outer transaction
+            yield outer
+            return
+        own = not isinstance(session, Session)
+        db = session() if callable(session) and own else session
+        assert isinstance(db, Session), f"expected a SQLAlchemy Session, got {db!r}"
+        txn = OutboxTransaction(self, on_first_send=_evidence_writer(db))
+        txn.session = db
+        token = current.set(txn)
+        try:
+            yield txn
+            self._commit(db, txn)
+        except BaseException:
+            if txn.state is None:
+                _rollback(db, txn)
+            raise
+        finally:
+            current.reset(token)
+            if own:
+                db.close()
+
+    def _commit(self, db: Session, txn: OutboxTransaction) -> None:
+        try:
+            db.commit()
+        except BaseException:
+            txn.state = LocalTransactionState.UNKNOWN
+            log.warning("DB commit of transaction %s failed; leaving it to the checker", txn.txn_id)
+            raise
+        txn.finish(LocalTransactionState.COMMIT)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Flush what is queued and release the Kafka client; later sends raise."""
+        self.kafka.close(timeout)
+
+    def __enter__(self) -> OutboxProducer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _evidence_writer(db: Session) -> Callable[[OutboxTransaction], None]:
+    def write(txn: OutboxTransaction) -> None:
+        write_evidence(db, txn.txn_id, txn.producer.settings.producer_group)
+
+    return write
+
+
+def _rollback(db: Session, txn: OutboxTransaction) -> None:
+    try:
+        db.rollback()
+    except Exception:
+        # The DB did not commit either way; the ROLLBACK op below is still the truth.
+        log.exception("DB rollback of transaction %s failed", txn.txn_id)
+    txn.finish(LocalTransactionState.ROLLBACK)

@@ -1,0 +1,150 @@
+"""Half records: a message parked on the half topic until its transaction is decided.
+
+Key = the transaction id. Value = the message value, untouched. Headers = the user's headers plus
+the ``outbox-*`` headers of :mod:`outbox.protocol.headers`, which say where the message really
+goes and to which transaction it belongs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from outbox.errors import ProtocolError, UnknownSchemaVersionError
+from outbox.protocol.headers import RESERVED_HEADER_PREFIX, SCHEMA_VERSION, Header
+from outbox.protocol.ids import validate_transaction_id
+
+HeaderList = list[tuple[str, bytes]]
+
+
+@dataclass(frozen=True)
+class HalfMessage:
+    """One message of a transaction, serialized and validated, not yet sent."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True)
+class HalfRecord:
+    """A half record as read back from the half topic."""
+
+    txn_id: str
+    producer_group: str
+    message: HalfMessage
+    index: int
+    count: int | None
+    created_at_ms: int
+    check_count: int
+    check_immunity_s: int | None = None
+    # Where it was read from; the broker's timestamp (LogAppendTime on the half topic).
+    partition: int = -1
+    offset: int = -1
+    timestamp_ms: int = -1
+    raw_headers: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+
+
+def encode_half_headers(
+    *,
+    txn_id: str,
+    producer_group: str,
+    message: HalfMessage,
+    index: int,
+    count: int | None,
+    created_at_ms: int,
+    check_count: int = 0,
+    check_immunity_s: int | None = None,
+) -> HeaderList:
+    """The headers of one half record: the user's first, ours after."""
+    headers: HeaderList = list(message.headers)
+    headers += [
+        (Header.SCHEMA_VERSION.value, str(SCHEMA_VERSION).encode()),
+        (Header.TXN_ID.value, txn_id.encode()),
+        (Header.PRODUCER_GROUP.value, producer_group.encode()),
+        (Header.REAL_TOPIC.value, message.topic.encode()),
+        (Header.MESSAGE_INDEX.value, str(index).encode()),
+        (Header.CREATED_AT.value, str(created_at_ms).encode()),
+        (Header.CHECK_COUNT.value, str(check_count).encode()),
+    ]
+    if message.key is not None:
+        headers.append((Header.REAL_KEY.value, message.key))
+    if count is not None:
+        headers.append((Header.MESSAGE_COUNT.value, str(count).encode()))
+    if check_immunity_s is not None:
+        headers.append((Header.CHECK_IMMUNITY_S.value, str(check_immunity_s).encode()))
+    return headers
+
+
+def decode_half(
+    *,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] | None,
+    partition: int = -1,
+    offset: int = -1,
+    timestamp_ms: int = -1,
+) -> HalfRecord:
+    """Read a half record back.
+
+    Raises:
+        UnknownSchemaVersionError: the schema version header is missing or not one we know.
+        ProtocolError: a required header is missing or malformed.
+    """
+    ours: dict[str, bytes] = {}
+    user: list[tuple[str, bytes]] = []
+    for name, raw in headers or ():
+        data = raw if raw is not None else b""
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            ours[name] = data
+        else:
+            user.append((name, data))
+    version = ours.get(Header.SCHEMA_VERSION.value)
+    if version != str(SCHEMA_VERSION).encode():
+        raise UnknownSchemaVersionError(
+            f"half record at partition {partition} offset {offset} has schema version "
+            f"{version!r}; this code reads version {SCHEMA_VERSION} only - upgrade the reader"
+        )
+    where = f"half record at partition {partition} offset {offset}"
+    txn_id = validate_transaction_id(_text(ours, Header.TXN_ID, where))
+    return HalfRecord(
+        txn_id=txn_id,
+        producer_group=_text(ours, Header.PRODUCER_GROUP, where),
+        message=HalfMessage(
+            topic=_text(ours, Header.REAL_TOPIC, where),
+            value=value,
+            key=ours.get(Header.REAL_KEY.value),
+            headers=tuple(user),
+        ),
+        index=_int(ours, Header.MESSAGE_INDEX, where),
+        count=_int(ours, Header.MESSAGE_COUNT, where) if Header.MESSAGE_COUNT in ours else None,
+        created_at_ms=_int(ours, Header.CREATED_AT, where),
+        check_count=_int(ours, Header.CHECK_COUNT, where),
+        check_immunity_s=(
+            _int(ours, Header.CHECK_IMMUNITY_S, where)
+            if Header.CHECK_IMMUNITY_S.value in ours
+            else None
+        ),
+        partition=partition,
+        offset=offset,
+        timestamp_ms=timestamp_ms,
+        raw_headers=tuple((n, v if v is not None else b"") for n, v in headers or ()),
+    )
+
+
+def _text(headers: dict[str, bytes], name: Header, where: str) -> str:
+    raw = headers.get(name.value)
+    if raw is None:
+        raise ProtocolError(f"{where} lacks the {name.value} header")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as err:
+        raise ProtocolError(f"{where}: header {name.value} is not UTF-8") from err
+
+
+def _int(headers: dict[str, bytes], name: Header, where: str) -> int:
+    text = _text(headers, name, where)
+    try:
+        return int(text)
+    except ValueError as err:
+        raise ProtocolError(f"{where}: header {name.value}={text!r} is not an integer") from err

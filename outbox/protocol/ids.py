@@ -1,0 +1,43 @@
+"""Transaction ids: UUIDv7 strings, so ids sort by creation time (handy in logs and audits)."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+from outbox.errors import ProtocolError
+
+
+def new_transaction_id() -> str:
+    """A fresh UUIDv7 (RFC 9562): 48-bit Unix milliseconds, then 74 random bits."""
+    millis = time.time_ns() // 1_000_000
+    rand = int.from_bytes(os.urandom(10), "big")
+    value = (millis & ((1 << 48) - 1)) << 80
+    value |= 0x7 << 76  # version 7
+    value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
+    value |= 0b10 << 62  # RFC 4122 variant
+    value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
+    return str(uuid.UUID(int=value))
+
+
+def validate_transaction_id(value: object) -> str:
+    """Return ``value`` as a canonical UUID string or raise naming what is wrong with it.
+
+    Raises:
+        ProtocolError: not a string in canonical UUID form.
+    """
+    if not isinstance(value, str):
+        raise ProtocolError(f"transaction id must be a UUID string, got {type(value).__name__}")
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError as err:
+        raise ProtocolError(f"transaction id {value!r} is not a UUID") from err
+    if str(parsed) != value:
+        raise ProtocolError(f"transaction id {value!r} is not in canonical lowercase UUID form")
+    return value
+
+
+def transaction_id_millis(txn_id: str) -> int:
+    """The creation time (Unix ms) a UUIDv7 carries."""
+    return uuid.UUID(txn_id).int >> 80

@@ -1,0 +1,99 @@
+"""Op records: the decision for one transaction, on the compacted op topic.
+
+Key = the transaction id (compaction keeps the latest op per transaction). Value = a JSON document
+with a schema version, the state, where the half records are, who decided and when. It goes to the
+same partition number as the transaction's half records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from outbox.errors import ProtocolError, UnknownSchemaVersionError
+from outbox.protocol.headers import SCHEMA_VERSION
+from outbox.protocol.ids import validate_transaction_id
+from outbox.protocol.states import DecidedBy, OpState
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """A decision. ``half_offsets`` lists the half records' offsets in message-index order."""
+
+    txn_id: str
+    state: OpState
+    producer_group: str
+    half_partition: int
+    half_offsets: tuple[int, ...]
+    decided_by: DecidedBy
+    decided_at_ms: int
+    reason: str | None = None
+    # Where it was read from (not part of the document).
+    partition: int = field(default=-1, compare=False)
+    offset: int = field(default=-1, compare=False)
+
+    @property
+    def message_count(self) -> int:
+        return len(self.half_offsets)
+
+
+def encode_op(op: OpRecord) -> tuple[bytes, bytes]:
+    """``(key, value)`` of the op record."""
+    document: dict[str, Any] = {
+        "v": SCHEMA_VERSION,
+        "txn_id": op.txn_id,
+        "state": op.state.value,
+        "producer_group": op.producer_group,
+        "half": {"partition": op.half_partition, "offsets": list(op.half_offsets)},
+        "message_count": op.message_count,
+        "decided_by": op.decided_by.value,
+        "decided_at_ms": op.decided_at_ms,
+    }
+    if op.reason is not None:
+        document["reason"] = op.reason
+    return op.txn_id.encode(), json.dumps(document, separators=(",", ":")).encode()
+
+
+def decode_op(
+    key: bytes | None, value: bytes | None, *, partition: int = -1, offset: int = -1
+) -> OpRecord | None:
+    """Read an op record back; None for a tombstone (a compaction delete marker).
+
+    Raises:
+        UnknownSchemaVersionError: the document's ``v`` is not one we know.
+        ProtocolError: not JSON, or a field is missing or malformed.
+    """
+    if value is None:
+        return None
+    where = f"op record at partition {partition} offset {offset}"
+    try:
+        doc = json.loads(value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ProtocolError(f"{where} is not a JSON document: {err}") from err
+    if not isinstance(doc, dict):
+        raise ProtocolError(f"{where} is not a JSON object")
+    if doc.get("v") != SCHEMA_VERSION:
+        raise UnknownSchemaVersionError(
+            f"{where} has schema version {doc.get('v')!r}; this code reads version "
+            f"{SCHEMA_VERSION} only - upgrade the reader"
+        )
+    try:
+        half = doc["half"]
+        op = OpRecord(
+            txn_id=validate_transaction_id(doc["txn_id"]),
+            state=OpState(doc["state"]),
+            producer_group=str(doc["producer_group"]),
+            half_partition=int(half["partition"]),
+            half_offsets=tuple(int(o) for o in half["offsets"]),
+            decided_by=DecidedBy(doc["decided_by"]),
+            decided_at_ms=int(doc["decided_at_ms"]),
+            reason=doc.get("reason"),
+            partition=partition,
+            offset=offset,
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise ProtocolError(f"{where} has a missing or malformed field: {err!r}") from err
+    if key is not None and key != op.txn_id.encode():
+        raise ProtocolError(f"{where}: key {key!r} differs from its txn_id {op.txn_id!r}")
+    return op

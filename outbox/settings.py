@@ -1,0 +1,106 @@
+"""The producer library's settings: one frozen object, from code or ``OUTBOX_*`` variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from outbox.errors import ConfigurationError
+from outbox.protocol.topics import DEFAULT_MIN_COMPACTION_LAG_MS, DEFAULT_PREFIX, TopicNames
+
+ENV_PREFIX = "OUTBOX_"
+#: librdkafka settings pass through as ``OUTBOX_KAFKA__<key with dots as __>``, e.g.
+#: ``OUTBOX_KAFKA__LINGER_MS=5`` -> ``linger.ms=5``.
+ENV_KAFKA_PREFIX = ENV_PREFIX + "KAFKA__"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutboxSettings:
+    """What a producer needs to know.
+
+    Attributes:
+        bootstrap_servers: Kafka's ``bootstrap.servers``. Required.
+            Env: ``OUTBOX_BOOTSTRAP_SERVERS``.
+        producer_group: RocketMQ's producer group: which service's check endpoint answers for a
+            transaction. Required. Env: ``OUTBOX_PRODUCER_GROUP``.
+        topic_prefix: prefix of the internal topics. Defaults to ``__outbox``.
+        partitions: partitions of the half and op topics (they always match). Defaults to 6.
+        min_compaction_lag_ms: how long op records stay uncompacted (the audit window).
+            Defaults to 7 days.
+        max_message_bytes: largest serialized value accepted by ``send()``. Defaults to 1 MiB.
+        send_timeout_s: how long one half send may wait for its acknowledgement. Defaults to 10 s.
+        send_attempts: attempts at a half send before giving up (tenacity). Defaults to 3.
+        op_timeout_s: how long to wait for an op record's acknowledgement before leaving the
+            decision to the checker. Defaults to 5 s.
+        kafka: extra librdkafka settings for the producer (passed through untouched).
+    """
+
+    bootstrap_servers: str
+    producer_group: str
+    topic_prefix: str = DEFAULT_PREFIX
+    partitions: int = 6
+    min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
+    max_message_bytes: int = 1024 * 1024
+    send_timeout_s: float = 10.0
+    send_attempts: int = 3
+    op_timeout_s: float = 5.0
+    kafka: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers:
+            raise ConfigurationError("bootstrap_servers is empty; set OUTBOX_BOOTSTRAP_SERVERS")
+        if not self.producer_group or len(self.producer_group) > 249:
+            raise ConfigurationError(
+                f"producer_group={self.producer_group!r} must be 1-249 characters; "
+                "set OUTBOX_PRODUCER_GROUP to your service's name"
+            )
+        for name in ("partitions", "max_message_bytes", "send_attempts"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
+        for name in ("send_timeout_s", "op_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.topic_prefix)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OutboxSettings:
+        """Settings from ``OUTBOX_*`` variables; keyword arguments win over the environment.
+
+        Raises:
+            ConfigurationError: naming the variable and its bad value.
+        """
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = ENV_PREFIX + f.name.upper()
+            if f.name != "kafka" and name in env:
+                values[f.name] = _convert(name, env[name], f.type)
+        kafka = {
+            k[len(ENV_KAFKA_PREFIX) :].lower().replace("__", "."): v
+            for k, v in env.items()
+            if k.startswith(ENV_KAFKA_PREFIX)
+        }
+        if kafka:
+            values["kafka"] = kafka
+        values.update(overrides)
+        missing = [n for n in ("bootstrap_servers", "producer_group") if n not in values]
+        if missing:
+            names = ", ".join(ENV_PREFIX + n.upper() for n in missing)
+            raise ConfigurationError(f"missing settings: set {names}")
+        return cls(**values)
+
+
+def _convert(name: str, raw: str, kind: object) -> Any:
+    try:
+        if kind in ("int", int):
+            return int(raw)
+        if kind in ("float", float):
+            return float(raw)
+    except ValueError as err:
+        raise ConfigurationError(f"{name}={raw!r} is not a valid {kind}") from err
+    return raw

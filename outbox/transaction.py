@@ -1,0 +1,159 @@
+"""One outbox transaction: its id, its half messages, and the op that ends it.
+
+The three public forms (decorator, context manager, RocketMQ-style producer) all drive this
+class; they differ only in how they run the local transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from outbox.errors import NoActiveTransactionError
+from outbox.kafka_io import HalfBatch
+from outbox.message import Headers, Serializer, build_half_message
+from outbox.protocol.half import HalfMessage
+from outbox.protocol.ids import new_transaction_id
+from outbox.protocol.op import OpRecord
+from outbox.protocol.partitioning import partition_for
+from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from outbox.producer import OutboxProducer
+
+log = logging.getLogger("outbox")
+
+
+@dataclass(frozen=True)
+class HalfCoordinates:
+    """Where a transaction's half records are: one partition, offsets in message order."""
+
+    partition: int
+    offsets: tuple[int, ...]
+
+
+class OutboxTransaction:
+    """Collects half messages and, once the local outcome is known, writes the op record."""
+
+    def __init__(
+        self,
+        producer: OutboxProducer,
+        *,
+        on_first_send: Callable[[OutboxTransaction], None] | None = None,
+        check_immunity_s: int | None = None,
+    ) -> None:
+        self.producer = producer
+        self.txn_id = new_transaction_id()
+        self.partition: int | None = None
+        self.offsets: list[int] = []
+        self.state: LocalTransactionState | None = None
+        #: The local transaction's session (decorator and context-manager forms).
+        self.session: Session | None = None
+        self._on_first_send = on_first_send
+        self._check_immunity_s = check_immunity_s
+
+    @property
+    def coordinates(self) -> HalfCoordinates | None:
+        if self.partition is None:
+            return None
+        return HalfCoordinates(self.partition, tuple(self.offsets))
+
+    def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Headers | None = None,
+        *,
+        serializer: Serializer | None = None,
+        delay: Any = None,
+    ) -> HalfCoordinates:
+        """Send one half message now and wait for its acknowledgement.
+
+        Raises:
+            InvalidMessageError: bad input (a specific subclass); nothing was sent.
+            HalfSendError: Kafka did not acknowledge it; the transaction must not commit.
+            TransactionFencedError: a check fenced this transaction id (first send only).
+        """
+        message = self.build(topic, value, key, headers, serializer=serializer, delay=delay)
+        return self.send_messages([message], count=None)
+
+    def build(
+        self,
+        topic: Any,
+        value: Any,
+        key: Any = None,
+        headers: Headers | None = None,
+        *,
+        serializer: Serializer | None = None,
+        delay: Any = None,
+    ) -> HalfMessage:
+        """Validate and serialize a message without sending it."""
+        self._check_open()
+        settings = self.producer.settings
+        return build_half_message(
+            topic=topic,
+            value=value,
+            key=key,
+            headers=headers,
+            names=settings.topics,
+            max_bytes=settings.max_message_bytes,
+            serializer=serializer or self.producer.serializer,
+            delay=delay,
+        )
+
+    def send_messages(self, messages: Sequence[HalfMessage], count: int | None) -> HalfCoordinates:
+        """Send validated messages as one batch (``count`` known: all of the transaction's)."""
+        self._check_open()
+        first = self.partition is None
+        if first:
+            self.partition = self._choose_partition(messages[0])
+        assert self.partition is not None
+        batch = HalfBatch(
+            txn_id=self.txn_id,
+            partition=self.partition,
+            first_index=len(self.offsets),
+            messages=messages,
+            count=count,
+            check_immunity_s=self._check_immunity_s,
+        )
+        self.offsets += self.producer.kafka.send_halves(batch)
+        if first and self._on_first_send is not None:
+            self._on_first_send(self)
+        return HalfCoordinates(self.partition, tuple(self.offsets))
+
+    def _choose_partition(self, message: HalfMessage) -> int:
+        key = message.key if message.key is not None else self.txn_id.encode()
+        return partition_for(key, self.producer.partitions)
+
+    def finish(self, state: LocalTransactionState) -> bool:
+        """Record the local outcome; write the op for COMMIT/ROLLBACK when halves were sent.
+
+        Returns:
+            True when an op record was written (or none was needed).
+        """
+        self.state = state
+        if self.partition is None or state is LocalTransactionState.UNKNOWN:
+            return state is not LocalTransactionState.UNKNOWN
+        op = OpRecord(
+            txn_id=self.txn_id,
+            state=OpState(state.value),
+            producer_group=self.producer.settings.producer_group,
+            half_partition=self.partition,
+            half_offsets=tuple(self.offsets),
+            decided_by=DecidedBy.PRODUCER,
+            decided_at_ms=int(time.time() * 1000),
+        )
+        return self.producer.kafka.send_op(op)
+
+    def _check_open(self) -> None:
+        if self.state is not None:
+            raise NoActiveTransactionError(
+                f"transaction {self.txn_id} already ended ({self.state.value}); "
+                "send inside the transaction's scope"
+            )

@@ -1,0 +1,128 @@
+"""Fixtures for producer tests: fresh internal topics per test, a producer, a migrated DB."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Consumer, TopicPartition
+from sqlalchemy.orm import sessionmaker
+
+from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
+from outbox.protocol import HalfRecord, OpRecord, decode_half, decode_op
+from tests.kafka_helpers import unique, watermarks
+
+orders_metadata = sa.MetaData()
+orders = sa.Table(
+    "orders",
+    orders_metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("amount", sa.Integer, nullable=False),
+)
+
+
+@pytest.fixture
+def outbox_settings(kafka_bootstrap: str) -> OutboxSettings:
+    settings = OutboxSettings(
+        bootstrap_servers=kafka_bootstrap,
+        producer_group="orders",
+        topic_prefix=unique("__outbox-test"),
+        partitions=3,
+        send_timeout_s=5,
+        send_attempts=2,
+    )
+    ensure_topics(settings)
+    return settings
+
+
+@pytest.fixture
+def producer(outbox_settings: OutboxSettings) -> Iterator[OutboxProducer]:
+    with OutboxProducer(outbox_settings) as p:
+        yield p
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[sa.Engine]:
+    migrations.upgrade(db_url)
+    engine = sa.create_engine(db_url)
+    orders_metadata.create_all(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def session_factory(engine: sa.Engine) -> sessionmaker:
+    return sessionmaker(engine)
+
+
+@dataclass
+class Topics:
+    """What is on the internal topics, read back from the broker."""
+
+    bootstrap: str
+    settings: OutboxSettings
+
+    def _read(self, topic: str) -> list:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": unique("topics-reader"),
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        records = []
+        try:
+            for p in range(self.settings.partitions):
+                low, high = watermarks(consumer, TopicPartition(topic, p))
+                if high == low:
+                    continue
+                consumer.assign([TopicPartition(topic, p, low)])
+                while True:
+                    msg = consumer.poll(5)
+                    assert msg is not None, f"{topic}[{p}] ended before offset {high}"
+                    assert msg.error() is None, msg.error()
+                    records.append(msg)
+                    if msg.offset() >= high - 1:
+                        break
+        finally:
+            consumer.close()
+        return records
+
+    def halves(self) -> list[HalfRecord]:
+        return [
+            decode_half(
+                value=m.value(),
+                headers=m.headers(),
+                partition=m.partition(),
+                offset=m.offset(),
+                timestamp_ms=m.timestamp()[1],
+            )
+            for m in self._read(self.settings.topics.half)
+        ]
+
+    def ops(self) -> list[OpRecord]:
+        found = []
+        for m in self._read(self.settings.topics.op):
+            op = decode_op(m.key(), m.value(), partition=m.partition(), offset=m.offset())
+            if op is not None:
+                found.append(op)
+        return found
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str, outbox_settings: OutboxSettings) -> Topics:
+    return Topics(kafka_bootstrap, outbox_settings)
+
+
+def order_ids(engine: sa.Engine) -> list[str]:
+    with engine.connect() as conn:
+        return list(conn.execute(sa.select(orders.c.id).order_by(orders.c.id)).scalars())
+
+
+def evidence_ids(engine: sa.Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT txn_id, kind FROM outbox_evidence")).all()
+    return {r[0]: r[1] for r in rows}
