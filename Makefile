@@ -7,9 +7,10 @@ CACHE := $(CURDIR)/.cache
 MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
 export OUTBOX_CACHE_DIR := $(CACHE)
 
-.PHONY: help setup system venv jars test test-unit lint fmt constraints clean
+.PHONY: help setup system venv jars demo test test-unit lint fmt constraints clean
 
 help:
+	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make lint      - ruff check, ruff format --check, mypy"
@@ -36,6 +37,9 @@ $(CACHE)/jvm/%/.resolved: jvm/%/pom.xml
 	rm -rf $(CACHE)/jvm/$*
 	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CACHE)/jvm/$*
 	touch $@
+
+demo: setup
+	$(BIN)/python examples/orders/demo.py
 
 test: setup
 	$(BIN)/pytest

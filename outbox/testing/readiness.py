@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
 
 from outbox.testing.service import ServiceStartError
+
+# Connection-refused chatter while a broker starts is expected; keep it off stderr.
+_quiet = logging.getLogger("outbox.testing.readiness.librdkafka")
+_quiet.setLevel(logging.CRITICAL)
 
 
 def wait_for_kafka(
@@ -26,7 +31,9 @@ def wait_for_kafka(
         if not alive():
             raise ServiceStartError(f"Kafka at {bootstrap} exited while starting")
         try:
-            producer = Producer({"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000})
+            producer = Producer(
+                {"bootstrap.servers": bootstrap, "socket.timeout.ms": 2000}, logger=_quiet
+            )
             producer.produce(topic, b"ping")
             if producer.flush(5) != 0:
                 raise TimeoutError("produce not acknowledged within 5 s")
@@ -35,7 +42,8 @@ def wait_for_kafka(
                     "bootstrap.servers": bootstrap,
                     "group.id": topic,
                     "enable.auto.commit": False,
-                }
+                },
+                logger=_quiet,
             )
             try:
                 consumer.assign([TopicPartition(topic, 0, 0)])
