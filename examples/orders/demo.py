@@ -24,11 +24,12 @@ from sqlalchemy.orm import sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import outbox  # noqa: E402
-from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations  # noqa: E402
-from outbox.testing import start_kafka  # noqa: E402
-from relay import Relay, RelaySettings  # noqa: E402
-from service import ORDERS_TOPIC, Base, Order, PaymentDeclined, place_order  # noqa: E402
+from service import ORDERS_TOPIC, Base, Order, PaymentDeclined, place_order
+
+import outbox
+from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
+from outbox.testing import start_kafka
+from relay import Relay, RelaySettings
 
 
 @dataclass
