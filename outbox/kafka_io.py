@@ -73,16 +73,22 @@ class KafkaIO:
             "message.timeout.ms": int(settings.send_timeout_s * 1000),
             **settings.kafka,
         }
-        self._producer = Producer(config)
+        self._producer: Producer | None = Producer(config)
         self._closed = threading.Event()
         self.ops_failed = 0
         self.ops_sent = 0
         self._poller = threading.Thread(target=self._poll, name="outbox-kafka-poll", daemon=True)
         self._poller.start()
 
+    @property
+    def _p(self) -> Producer:
+        if self._producer is None:
+            raise ProducerClosedError("this outbox producer is closed; create a new one")
+        return self._producer
+
     def _poll(self) -> None:
         while not self._closed.is_set():
-            self._producer.poll(0.05)
+            self._p.poll(0.05)
 
     def send_halves(self, batch: HalfBatch) -> list[int]:
         """Send and await the batch; its offsets in order.
@@ -143,7 +149,7 @@ class KafkaIO:
         i: int,
     ) -> None:
         try:
-            self._producer.produce(
+            self._p.produce(
                 topic,
                 value=value,
                 key=key,
@@ -170,7 +176,7 @@ class KafkaIO:
         key, value = encode_op(op)
         waiter = _Waiter(1)
         try:
-            self._producer.produce(
+            self._p.produce(
                 self.settings.topics.op,
                 key=key,
                 value=value,
@@ -201,7 +207,7 @@ class KafkaIO:
         topic = self.settings.topics.half
         try:
             # All topics, not just ours: asking for one by name may auto-create it with 1 partition.
-            metadata = self._producer.list_topics(timeout=self.settings.send_timeout_s)
+            metadata = self._p.list_topics(timeout=self.settings.send_timeout_s)
         except Exception as err:
             raise HalfSendError(f"cannot read metadata of {topic}: {err}") from err
         found = metadata.topics.get(topic)
@@ -219,9 +225,10 @@ class KafkaIO:
     def close(self, timeout: float = 10.0) -> None:
         if self._closed.is_set():
             return
-        self._producer.flush(timeout)
+        self._p.flush(timeout)
         self._closed.set()
         self._poller.join()
+        self._producer = None  # librdkafka's handle and its threads go with the object
 
     @property
     def closed(self) -> bool:

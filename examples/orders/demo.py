@@ -83,6 +83,21 @@ def consume(bootstrap: str, tally: Tally, stop: threading.Event) -> None:
         consumer.close()
 
 
+class Progress:
+    """One updating line on a terminal; a line a second in a log."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stdout.isatty()
+        self.last = 0.0
+
+    def show(self, text: str, *, final: bool = False) -> None:
+        if self.tty:
+            print("\r" + text, end="\n" if final else "", flush=True)
+        elif final or time.monotonic() - self.last >= 1.0:
+            print(text, flush=True)
+            self.last = time.monotonic()
+
+
 def progress(tally: Tally, total: int, committed: int | None = None) -> str:
     with tally.lock:
         delivered = sum(tally.delivered.values())
@@ -159,16 +174,17 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
         target=place_all, args=(args.orders, args.decline_share, tally, args.workers)
     )
     placing.start()
+    line = Progress()
     while placing.is_alive():
-        print("\r" + progress(tally, args.orders), end="", flush=True)
+        line.show(progress(tally, args.orders))
         time.sleep(0.25)
     committed = committed_ids(engine)
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and not set(tally.delivered) >= committed:
-        print("\r" + progress(tally, args.orders, len(committed)), end="", flush=True)
+        line.show(progress(tally, args.orders, len(committed)))
         time.sleep(0.25)
     time.sleep(1.0)  # let any duplicate or phantom show up before judging
-    print("\r" + progress(tally, args.orders, len(committed)), flush=True)
+    line.show(progress(tally, args.orders, len(committed)), final=True)
 
     stop.set()
     relay.close()

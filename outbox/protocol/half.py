@@ -7,7 +7,7 @@ goes and to which transaction it belongs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
@@ -80,7 +80,7 @@ def encode_half_headers(
 def decode_half(
     *,
     value: bytes | None,
-    headers: Sequence[tuple[str, bytes | None]] | None,
+    headers: Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None,
     partition: int = -1,
     offset: int = -1,
     timestamp_ms: int = -1,
@@ -93,8 +93,9 @@ def decode_half(
     """
     ours: dict[str, bytes] = {}
     user: list[tuple[str, bytes]] = []
-    for name, raw in headers or ():
-        data = raw if raw is not None else b""
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+    for name, raw in pairs:
+        data = raw.encode() if isinstance(raw, str) else (raw if raw is not None else b"")
         if name.startswith(RESERVED_HEADER_PREFIX):
             ours[name] = data
         else:
@@ -128,7 +129,7 @@ def decode_half(
         partition=partition,
         offset=offset,
         timestamp_ms=timestamp_ms,
-        raw_headers=tuple((n, v if v is not None else b"") for n, v in headers or ()),
+        raw_headers=tuple((n, v.encode() if isinstance(v, str) else (v or b"")) for n, v in pairs),
     )
 
 
