@@ -204,6 +204,7 @@ class KafkaIO:
 
     def partitions(self) -> int:
         """Partition count of the half topic, as the broker reports it."""
+        self._check_open()
         topic = self.settings.topics.half
         try:
             # All topics, not just ours: asking for one by name may auto-create it with 1 partition.

@@ -35,7 +35,7 @@ def start_kafka(
         return RunningService(name="kafka", provider="external", address=settings.kafka_bootstrap)
     engine = choose_engine(settings)
     if engine is not None:
-        from outbox.testing.kafka_container import start_kafka_container
+        from outbox.testing.containers import start_kafka_container
 
         return start_kafka_container(settings, engine)
     from outbox.testing.kafka_process import start_kafka_process
@@ -57,7 +57,7 @@ def start_postgres(
         return RunningService(name="postgresql", provider="external", address=settings.postgres_url)
     engine = choose_engine(settings)
     if engine is not None:
-        from outbox.testing.postgres_container import start_postgres_container
+        from outbox.testing.containers import start_postgres_container
 
         return start_postgres_container(settings, engine)
     from outbox.testing.postgres_process import start_postgres_process

@@ -1,0 +1,167 @@
+"""Starting Kafka and PostgreSQL as containers through testcontainers (Docker or Podman)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from outbox.testing.engine import Engine
+from outbox.testing.images import kafka_image, postgres_image
+from outbox.testing.ports import free_port
+from outbox.testing.readiness import wait_for_kafka, wait_for_postgres
+from outbox.testing.service import RunningService, ServiceStartError
+from outbox.testing.settings import HarnessSettings
+
+LABEL = "outbox.testing"
+
+
+def start_kafka_container(settings: HarnessSettings, engine: Engine) -> RunningService:
+    """A single-node KRaft broker in a container, reachable on a free localhost port.
+
+    The broker listens inside the container on the same port number it is mapped to, so the
+    advertised ``localhost:PORT`` works from the host and from inside alike.
+    """
+    port = free_port()
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
+    env = {
+        "KAFKA_NODE_ID": "1",
+        "KAFKA_PROCESS_ROLES": "broker,controller",
+        "KAFKA_LISTENERS": f"PLAINTEXT://:{port},CONTROLLER://:9093",
+        "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://localhost:{port}",
+        "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",
+        "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "KAFKA_CONTROLLER_QUORUM_VOTERS": "1@localhost:9093",
+        "KAFKA_INTER_BROKER_LISTENER_NAME": "PLAINTEXT",
+        "KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR": "1",
+        "KAFKA_OFFSETS_TOPIC_NUM_PARTITIONS": "4",
+        "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR": "1",
+        "KAFKA_TRANSACTION_STATE_LOG_NUM_PARTITIONS": "4",
+        "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
+        "KAFKA_NUM_PARTITIONS": "1",
+        "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "true",
+        "KAFKA_LOG_DIRS": "/tmp/kraft-logs",
+        "KAFKA_HEAP_OPTS": "-Xmx768m",
+        "CLUSTER_ID": cluster_id,
+    }
+    image = kafka_image(settings, engine)
+    address = f"localhost:{port}"
+    container = _start(image, {port: port}, env)
+
+    def ready() -> None:
+        wait_for_kafka(address, timeout=120, alive=lambda: _running(container))
+
+    _wait(container, ready, "kafka")
+    return RunningService(
+        name="kafka",
+        provider="containers",
+        address=address,
+        _stop=container.stop,
+        _logs=lambda: _logs(container),
+        _restart=lambda: _restart(container, ready),
+    )
+
+
+def start_postgres_container(settings: HarnessSettings, engine: Engine) -> RunningService:
+    """PostgreSQL in a container with trust auth, on a free localhost port."""
+    port = free_port()
+    env = {
+        "POSTGRES_HOST_AUTH_METHOD": "trust",
+        "POSTGRES_USER": "postgres",
+        "POSTGRES_DB": "postgres",
+    }
+    image = postgres_image(settings, engine)
+    user = "postgres" if image.startswith("localhost/") else None
+    args = ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
+    container = _start(image, {5432: port}, env, command=args, user=user)
+    url = f"postgresql+psycopg://postgres@localhost:{port}/postgres"
+
+    def ready() -> None:
+        wait_for_postgres(url, timeout=60, alive=lambda: _running(container))
+
+    _wait(container, ready, "postgresql")
+    return RunningService(
+        name="postgresql",
+        provider="containers",
+        address=url,
+        _stop=container.stop,
+        _logs=lambda: _logs(container),
+        _restart=lambda: _restart(container, ready),
+    )
+
+
+def _start(
+    image: str,
+    ports: dict[int, int],
+    env: dict[str, str],
+    *,
+    command: list[str] | None = None,
+    user: str | None = None,
+) -> Any:
+    from testcontainers.core.container import DockerContainer
+
+    _remove_stale()
+    container = DockerContainer(image)
+    for inside, outside in ports.items():
+        container.with_bind_ports(inside, outside)
+    for key, value in env.items():
+        container.with_env(key, value)
+    if command:
+        container.with_command(command)
+    kwargs: dict[str, Any] = {"labels": {LABEL: "1"}}
+    if user:
+        kwargs["user"] = user
+    container.with_kwargs(**kwargs)
+    try:
+        container.start()
+    except Exception as err:
+        raise ServiceStartError(f"cannot start a container from {image}: {err}") from err
+    return container
+
+
+def _wait(container: Any, ready: Callable[[], None], name: str) -> None:
+    try:
+        ready()
+    except ServiceStartError as err:
+        logs = _logs(container)
+        container.stop()
+        tail = "\n".join(logs.splitlines()[-60:])
+        raise ServiceStartError(
+            f"{name} container not ready: {err}\n--- its log ---\n{tail}"
+        ) from err
+
+
+def _running(container: Any) -> bool:
+    wrapped = container.get_wrapped_container()
+    wrapped.reload()
+    return bool(wrapped.status == "running")
+
+
+def _logs(container: Any) -> str:
+    try:
+        out, err = container.get_logs()
+    except Exception as exc:  # the container may be gone already
+        return f"(no logs: {exc})"
+    return (out or b"").decode(errors="replace") + (err or b"").decode(errors="replace")
+
+
+def _restart(container: Any, ready: Callable[[], None]) -> None:
+    wrapped = container.get_wrapped_container()
+    wrapped.stop(timeout=30)
+    wrapped.start()
+    ready()
+
+
+def _remove_stale() -> None:
+    """Containers left by sessions that were killed (no Ryuk on Podman to reap them)."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        for old in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+            if old.status in ("exited", "created", "dead"):
+                old.remove(force=True)
+    finally:
+        client.close()
