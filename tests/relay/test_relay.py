@@ -1,0 +1,251 @@
+"""The relay on a real broker: promotion, rollback, dead letters, and restarts mid-stream."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from outbox import OutboxSettings, ensure_topics
+from outbox.protocol import (
+    DecidedBy,
+    HalfMessage,
+    Header,
+    OpRecord,
+    OpState,
+    encode_half_headers,
+    encode_op,
+    new_transaction_id,
+    partition_for,
+)
+from relay import Relay, RelaySettings
+from relay.promotion import DL_REASON
+from tests.kafka_helpers import unique, watermarks
+
+pytestmark = pytest.mark.integration
+PARTITIONS = 3
+
+
+class Stream:
+    """Writes transactions straight onto the internal topics, as producers would."""
+
+    def __init__(self, bootstrap: str, prefix: str) -> None:
+        self.settings = OutboxSettings(
+            bootstrap_servers=bootstrap, producer_group="g", topic_prefix=prefix, partitions=3
+        )
+        ensure_topics(self.settings)
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.committed: dict[str, int] = {}  # txn id -> message count
+        self.rolled_back: set[str] = set()
+        self.commit_order: dict[bytes, list[str]] = defaultdict(list)
+        self.real_topic = unique("relayed")  # tests share the broker, not their real topic
+
+    def write(self, batch: list[tuple[bytes, int, OpState]]) -> None:
+        """Each item: (key, message count, decision). Halves first, then ops, like producers."""
+        offsets: dict[str, list[int]] = defaultdict(list)
+        txns = []
+        for key, count, decision in batch:
+            txn_id, partition = new_transaction_id(), partition_for(key, PARTITIONS)
+            txns.append((txn_id, partition, key, count, decision))
+            for index in range(count):
+                message = HalfMessage(self.real_topic, f"{txn_id}/{index}".encode(), key)
+                headers = encode_half_headers(
+                    txn_id=txn_id,
+                    producer_group="g",
+                    message=message,
+                    index=index,
+                    count=count,
+                    created_at_ms=0,
+                )
+                self.producer.produce(
+                    self.settings.topics.half,
+                    key=txn_id.encode(),
+                    value=message.value,
+                    headers=headers,
+                    partition=partition,
+                    on_delivery=lambda err, msg, t=txn_id: offsets[t].append(msg.offset()),
+                )
+        assert self.producer.flush(30) == 0
+        for txn_id, partition, key, count, decision in txns:
+            op = OpRecord(
+                txn_id,
+                decision,
+                "g",
+                partition,
+                tuple(sorted(offsets[txn_id])),
+                DecidedBy.PRODUCER,
+                0,
+            )
+            k, v = encode_op(op)
+            self.producer.produce(self.settings.topics.op, key=k, value=v, partition=partition)
+            if decision is OpState.COMMIT:
+                self.committed[txn_id] = count
+                self.commit_order[key].append(txn_id)
+            else:
+                self.rolled_back.add(txn_id)
+        assert self.producer.flush(30) == 0
+
+
+def read_topic(bootstrap: str, topic: str) -> list:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": unique("check"),
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    records = []
+    try:
+        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
+        for p in metadata.partitions:
+            low, high = watermarks(consumer, TopicPartition(topic, p))
+            if high > low:
+                consumer.assign([TopicPartition(topic, p, low)])
+                while True:
+                    msg = consumer.poll(5)
+                    assert msg is not None and msg.error() is None
+                    records.append(msg)
+                    if msg.offset() >= high - 1:
+                        break
+    finally:
+        consumer.close()
+    return records
+
+
+def delivered(bootstrap: str, stream: Stream) -> Counter[tuple[str, int]]:
+    seen: Counter[tuple[str, int]] = Counter()
+    for msg in read_topic(bootstrap, stream.real_topic):
+        headers = dict(msg.headers())
+        seen[(headers[Header.TXN_ID].decode(), int(headers[Header.MESSAGE_INDEX]))] += 1
+    return seen
+
+
+def expected(stream: Stream) -> set[tuple[str, int]]:
+    return {(t, i) for t, n in stream.committed.items() for i in range(n)}
+
+
+class RelayThread:
+    def __init__(self, settings: RelaySettings) -> None:
+        self.relay = Relay(settings)
+        self.thread = threading.Thread(target=self.relay.run, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.relay.close()
+        self.thread.join(30)
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def stream(kafka_bootstrap: str) -> Stream:
+    return Stream(kafka_bootstrap, unique("__outbox-relay"))
+
+
+@pytest.fixture
+def relay_settings(kafka_bootstrap: str, stream: Stream) -> RelaySettings:
+    return RelaySettings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=stream.settings.topic_prefix,
+        group_id=unique("relay"),
+    )
+
+
+@pytest.fixture
+def relay(relay_settings: RelaySettings) -> Iterator[RelayThread]:
+    running = RelayThread(relay_settings)
+    yield running
+    running.stop()
+
+
+def wait_for(predicate, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def test_relay_promotes_committed_and_drops_rolled_back_transactions(
+    kafka_bootstrap: str, stream: Stream, relay: RelayThread
+) -> None:
+    stream.write(
+        [(b"a", 2, OpState.COMMIT), (b"b", 1, OpState.ROLLBACK), (b"c", 3, OpState.COMMIT)]
+    )
+    wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
+    time.sleep(1)
+    records = read_topic(kafka_bootstrap, stream.real_topic)
+    seen = delivered(kafka_bootstrap, stream)
+    assert set(seen) == expected(stream)
+    assert not {t for t, _ in seen} & stream.rolled_back
+    first = next(m for m in records if m.key() == b"c")
+    headers = dict(first.headers())
+    assert headers[Header.PRODUCER_GROUP] == b"g"
+    assert first.value() == f"{headers[Header.TXN_ID].decode()}/0".encode()
+
+
+def test_undecodable_records_go_to_the_dead_letter_topic_and_the_relay_goes_on(
+    kafka_bootstrap: str, stream: Stream, relay: RelayThread
+) -> None:
+    topics = stream.settings.topics
+    stream.producer.produce(
+        topics.half, value=b"junk", headers=[("outbox-schema-version", b"99")], partition=0
+    )
+    stream.producer.produce(topics.op, key=b"k", value=json.dumps({"v": 7}).encode(), partition=0)
+    stream.producer.produce(topics.op, key=b"k", value=b"{not json", partition=0)
+    stream.producer.flush(30)
+    stream.write([(b"after", 1, OpState.COMMIT)])
+
+    wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
+    wait_for(lambda: len(read_topic(kafka_bootstrap, topics.dead_letter)) >= 3)
+    reasons = sorted(
+        dict(m.headers())[DL_REASON].decode()
+        for m in read_topic(kafka_bootstrap, topics.dead_letter)
+    )
+    assert len(reasons) == 3
+    assert any("schema version b'99'" in r for r in reasons)
+    assert any("schema version 7" in r for r in reasons)
+    assert any("not a JSON document" in r for r in reasons)
+
+
+@pytest.mark.parametrize("transactions", [10_000])
+def test_relay_restarted_mid_stream_loses_no_committed_message(
+    kafka_bootstrap: str, stream: Stream, relay_settings: RelaySettings, transactions: int
+) -> None:
+    keys = [f"key-{i % 50}".encode() for i in range(transactions)]
+    plan = [
+        (k, 1 + i % 3, OpState.ROLLBACK if i % 10 == 0 else OpState.COMMIT)
+        for i, k in enumerate(keys)
+    ]
+    first = RelayThread(relay_settings)
+    # Given a relay working through a stream
+    for chunk in range(0, transactions // 2, 1000):
+        stream.write(plan[chunk : chunk + 1000])
+    wait_for(lambda: len(delivered(kafka_bootstrap, stream)) > len(expected(stream)) // 3)
+    # When it stops in the middle and a new instance takes over while the stream goes on
+    first.stop()
+    second = RelayThread(relay_settings)
+    for chunk in range(transactions // 2, transactions, 1000):
+        stream.write(plan[chunk : chunk + 1000])
+    try:
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), timeout=120)
+    finally:
+        second.stop()
+    # Then every committed message is there, nothing rolled back is, and per-key order holds
+    seen = delivered(kafka_bootstrap, stream)
+    assert set(seen) == expected(stream)
+    # A clean stop commits what was delivered, so the second instance repeats nothing
+    assert max(seen.values()) == 1
+    assert len(stream.committed) == transactions - transactions // 10
+    order: dict[bytes, list[str]] = defaultdict(list)
+    for msg in read_topic(kafka_bootstrap, stream.real_topic):
+        txn = dict(msg.headers())[Header.TXN_ID].decode()
+        if not order[msg.key()] or order[msg.key()][-1] != txn:
+            order[msg.key()].append(txn)
+    for key, txns in stream.commit_order.items():
+        firsts = list(dict.fromkeys(order[key]))
+        assert firsts == txns, f"order of {key!r} differs"
