@@ -17,12 +17,18 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from types import TracebackType
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from outbox.checks.handler import CheckSettings
+from outbox.checks.resolver import FencedResolver, Resolver
+from outbox.checks.server import CheckServer
+from outbox.errors import ConfigurationError
 from outbox.evidence import write_evidence
 from outbox.kafka_io import KafkaIO
 from outbox.message import Serializer
 from outbox.protocol.states import LocalTransactionState
+from outbox.registry import Heartbeat
 from outbox.settings import OutboxSettings
 from outbox.transaction import OutboxTransaction
 
@@ -42,6 +48,7 @@ class OutboxProducer:
         self.serializer = serializer
         self.kafka = KafkaIO(settings)
         self._partitions: int | None = None
+        self._services: list[Callable[[], None]] = []
 
     @property
     def partitions(self) -> int:
@@ -94,8 +101,45 @@ class OutboxProducer:
             raise
         txn.finish(LocalTransactionState.COMMIT)
 
+    def serve_checks(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        engine: sa.Engine | None = None,
+        resolver: Resolver | None = None,
+        secret: bytes | str | None = None,
+        insecure_local: bool = False,
+        advertise_url: str | None = None,
+        lock_timeout_s: float = 2.0,
+    ) -> CheckServer:
+        """Serve the check endpoint and announce it in the registry until ``close()``.
+
+        Answers come from ``resolver``, by default the fenced resolution on ``engine``.
+
+        Raises:
+            ConfigurationError: no secret (unless ``insecure_local``), or neither engine nor
+                resolver.
+        """
+        if isinstance(secret, str):
+            secret = secret.encode()
+        check_settings = CheckSettings(secret=secret, insecure_local=insecure_local)
+        if resolver is None:
+            if engine is None:
+                raise ConfigurationError("serve_checks needs engine= (your database) or resolver=")
+            resolver = FencedResolver(
+                engine, self.settings.producer_group, lock_timeout_s=lock_timeout_s
+            )
+        server = CheckServer(check_settings, resolver, host, port)
+        heartbeat = Heartbeat(self.settings, advertise_url or server.url, version=_version())
+        self._services.append(heartbeat.close)
+        self._services.append(server.close)
+        return server
+
     def close(self, timeout: float = 10.0) -> None:
-        """Flush what is queued and release the Kafka client; later sends raise."""
+        """Stop serving checks (tombstoning this instance), flush, release the Kafka client."""
+        while self._services:
+            self._services.pop(0)()
         self.kafka.close(timeout)
 
     def __enter__(self) -> OutboxProducer:
@@ -108,6 +152,12 @@ class OutboxProducer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _version() -> str:
+    from outbox import __version__
+
+    return __version__
 
 
 def _evidence_writer(db: Session) -> Callable[[OutboxTransaction], None]:

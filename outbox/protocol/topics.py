@@ -56,7 +56,11 @@ def topic_settings(
             "message.timestamp.type": "LogAppendTime",
         }
     if topic == names.registry:
-        return {"cleanup.policy": "compact", "min.compaction.lag.ms": "0"}
+        return {
+            "cleanup.policy": "compact",
+            "min.compaction.lag.ms": "0",
+            "message.timestamp.type": "LogAppendTime",
+        }
     if topic == names.dead_letter:
         return {"cleanup.policy": "delete", "retention.ms": "-1"}
     raise ValueError(f"{topic!r} is not an internal topic of prefix {names.prefix!r}")

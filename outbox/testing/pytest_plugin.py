@@ -23,12 +23,6 @@ from outbox.testing.settings import HarnessSettings
 _started: list[RunningService] = []
 
 
-def _announce(config: pytest.Config, line: str) -> None:
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"[outbox.testing] {line}")
-
-
 def _start(
     request: pytest.FixtureRequest,
     starter: Callable[..., RunningService],
@@ -43,7 +37,6 @@ def _start(
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
     _started.append(service)
-    _announce(request.config, f"started {service.describe()}")
     return service
 
 
@@ -143,6 +136,7 @@ def pytest_runtest_makereport(
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Which provider started what: the session's record of the services it really used."""
     if _started:
         terminalreporter.section("outbox.testing services")
         for service in _started:

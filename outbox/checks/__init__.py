@@ -1,0 +1,12 @@
+"""The check endpoint: answers "did transaction X commit?" for the checker, in batches.
+
+- :mod:`outbox.checks.auth` — HMAC-SHA256 request signatures (shared with the checker);
+- :mod:`outbox.checks.resolver` — the fenced resolution from the evidence table, or a user function;
+- :mod:`outbox.checks.handler` — one request in, one status and JSON body out;
+- :mod:`outbox.checks.server` — a ready-to-run threaded HTTP server;
+- :mod:`outbox.checks.asgi` — the same as an ASGI app to mount in FastAPI/Starlette.
+"""
+
+from __future__ import annotations
+
+CHECK_PATH = "/outbox/check"

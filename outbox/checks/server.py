@@ -1,0 +1,74 @@
+"""A ready-to-run threaded HTTP server for the check endpoint (standard library only)."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from outbox.checks.handler import CheckSettings, Response, body_too_large, handle
+from outbox.checks.resolver import Resolver
+
+
+class CheckServer:
+    """Serves checks on ``host:port`` in a background thread until ``close()``."""
+
+    def __init__(self, settings: CheckSettings, resolver: Resolver, host: str, port: int) -> None:
+        handler = _handler_class(settings, resolver)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="outbox-check-server", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+
+def _handler_class(settings: CheckSettings, resolver: Resolver) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            response = body_too_large(settings, length)
+            if response is None:
+                body = self.rfile.read(length)
+                response = handle(
+                    settings,
+                    resolver,
+                    method="POST",
+                    path=self.path,
+                    headers={k.lower(): v for k, v in self.headers.items()},
+                    body=body,
+                )
+            self._reply(response)
+
+        def do_GET(self) -> None:
+            self._reply(
+                handle(settings, resolver, method="GET", path=self.path, headers={}, body=b"")
+            )
+
+        def _reply(self, response: Response) -> None:
+            data = response.encoded()
+            self.send_response(response.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if response.status == 413:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:  # quiet: the handler logs refusals
+            pass
+
+    return Handler

@@ -1,0 +1,52 @@
+"""Heartbeats of a producer instance to the registry topic, so the checker can find it."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+
+from confluent_kafka import Producer
+
+from outbox.protocol.registry import Registration, encode_registration
+from outbox.settings import OutboxSettings
+
+log = logging.getLogger("outbox")
+
+
+class Heartbeat:
+    """Announces ``check_url`` every ``interval_s`` until ``close()``, which tombstones it."""
+
+    def __init__(
+        self, settings: OutboxSettings, check_url: str, *, version: str, interval_s: float = 5.0
+    ) -> None:
+        self.registration = Registration(
+            settings.producer_group, uuid.uuid4().hex[:12], check_url, version
+        )
+        self.topic = settings.topics.registry
+        self.interval_s = interval_s
+        self._producer = Producer(
+            {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+        )
+        self._stop = threading.Event()
+        self._beat()
+        self._thread = threading.Thread(target=self._run, name="outbox-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        key, value = encode_registration(self.registration)
+        self._producer.produce(self.topic, key=key, value=value)
+        self._producer.poll(0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self._beat()
+            except Exception:  # a heartbeat must never take the producer down
+                log.exception("heartbeat to %s failed", self.topic)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._producer.produce(self.topic, key=self.registration.key, value=None)
+        self._producer.flush(5)
