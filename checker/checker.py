@@ -1,0 +1,223 @@
+"""The checker: finds transactions whose outcome never arrived and asks their producers.
+
+It reads the half and op topics of the partitions it owns (a consumer group, range assignor, so
+one instance owns partition p of both topics). The op partitions are read from their start up to
+their high-watermark before anything is checked, so nothing already decided is checked. Answers
+become op records (decided by: checker). After ``check_max`` UNKNOWN answers, or when no producer
+of the group has been live for ``no_producer_timeout_s``, the transaction is given up: a GIVEN_UP
+op, and its messages with the reason on the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+
+from checker.client import CheckClient, NoAnswer
+from checker.instances import LiveInstances
+from checker.settings import CheckerSettings
+from checker.tracker import Pending, Tracker
+from outbox.errors import ProtocolError
+from outbox.protocol.half import decode_half
+from outbox.protocol.op import OpRecord, decode_op, encode_op
+from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
+
+log = logging.getLogger("checker")
+DL_REASON = "outbox-dl-reason"
+
+
+@dataclass
+class CheckerStats:
+    checks: int = 0
+    resolved_commit: int = 0
+    resolved_rollback: int = 0
+    unknown: int = 0
+    given_up: int = 0
+    unreachable: int = 0
+
+
+class Checker:
+    """One checker instance: ``run()`` blocks until ``close()``."""
+
+    def __init__(self, settings: CheckerSettings) -> None:
+        self.settings = settings
+        self.names = settings.topics
+        self.stats = CheckerStats()
+        self.tracker = Tracker(
+            timeout_ms=int(settings.transaction_timeout_s * 1000),
+            interval_ms=int(settings.check_interval_s * 1000),
+        )
+        secret = settings.secret.encode() if settings.secret else None
+        self.client = CheckClient(secret, settings.request_timeout_s)
+        self._closed = threading.Event()
+        self._ops_caught_up: set[int] = set()
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
+
+    def run(self) -> None:
+        self._consumer = Consumer(
+            {
+                **self._config(),
+                "group.id": self.settings.group_id,
+                "partition.assignment.strategy": "range",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+            }
+        )
+        self._producer = Producer({**self._config(), "enable.idempotence": True, "acks": "all"})
+        self.instances = LiveInstances(
+            self._config(), self.names.registry, self.settings.registry_ttl_s
+        )
+        self._consumer.subscribe(
+            [self.names.half, self.names.op], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        try:
+            while not self._closed.is_set():
+                for msg in self._consumer.consume(1000, 0.2):
+                    self._route(msg)
+                self.instances.poll()
+                self._check_due()
+        finally:
+            self._consumer.close()
+            self._producer.flush(10)
+            self.instances.close()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.topic == self.names.op:
+                tp.offset = OFFSET_BEGINNING  # learn every decision before checking anything
+                self._ops_caught_up.discard(tp.partition)
+        consumer.assign(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            if tp.topic == self.names.half:
+                self.tracker.drop_partition(tp.partition)
+                self._ops_caught_up.discard(tp.partition)
+
+    def _route(self, msg: Message) -> None:
+        if msg.error():
+            return
+        if msg.topic() == self.names.op:
+            try:
+                op = decode_op(msg.key(), msg.value())
+            except ProtocolError:
+                return  # the relay dead-letters it; here it decides nothing
+            if op is not None:
+                self.tracker.decide(op.txn_id)
+            return
+        try:
+            record = decode_half(
+                value=msg.value(),
+                headers=msg.headers(),
+                partition=msg.partition() or 0,
+                offset=msg.offset() or 0,
+                timestamp_ms=msg.timestamp()[1],
+            )
+        except ProtocolError:
+            return
+        self.tracker.add_half(record)
+
+    def _caught_up(self, partition: int) -> bool:
+        """True once this instance has read op partition ``partition`` to its high-watermark."""
+        if partition in self._ops_caught_up:
+            return True
+        tp = TopicPartition(self.names.op, partition)
+        _, high = self._consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+        position = self._consumer.position([tp])[0].offset
+        if high == 0 or position >= high:
+            self._ops_caught_up.add(partition)
+            return True
+        return False
+
+    # -- checking --------------------------------------------------------------------------
+
+    def _check_due(self) -> None:
+        now_ms = int(time.time() * 1000)
+        due = [p for p in self.tracker.due(now_ms) if self._caught_up(p.partition)]
+        by_group: dict[str, list[Pending]] = defaultdict(list)
+        for entry in due:
+            by_group[entry.group].append(entry)
+        for group, entries in by_group.items():
+            for start in range(0, len(entries), self.settings.batch_size):
+                self._check_batch(group, entries[start : start + self.settings.batch_size], now_ms)
+
+    def _check_batch(self, group: str, entries: list[Pending], now_ms: int) -> None:
+        instances = self.instances.pick(group, self.settings.failover_attempts)
+        try:
+            if not instances:
+                raise NoAnswer(f"no live instance of producer group {group!r}")
+            answers = self.client.check(instances, [e.txn_id for e in entries])
+        except NoAnswer as err:
+            self._unreachable(entries, now_ms, str(err))
+            return
+        self.stats.checks += len(entries)
+        for entry in entries:
+            self._answered(entry, answers[entry.txn_id], now_ms)
+
+    def _answered(self, entry: Pending, state: LocalTransactionState, now_ms: int) -> None:
+        if state is LocalTransactionState.COMMIT:
+            self.stats.resolved_commit += 1
+            self._decide(entry, OpState.COMMIT, None)
+        elif state is LocalTransactionState.ROLLBACK:
+            self.stats.resolved_rollback += 1
+            self._decide(entry, OpState.ROLLBACK, None)
+        else:
+            self.stats.unknown += 1
+            self.tracker.unknown(entry, now_ms)
+            if entry.checks >= self.settings.check_max:
+                self._give_up(entry, f"still UNKNOWN after {entry.checks} checks")
+
+    def _unreachable(self, entries: list[Pending], now_ms: int, why: str) -> None:
+        self.stats.unreachable += len(entries)
+        limit_ms = int(self.settings.no_producer_timeout_s * 1000)
+        for entry in entries:
+            if self.tracker.unreachable(entry, now_ms) >= limit_ms:
+                self._give_up(entry, f"no producer of group {entry.group!r} answered: {why}")
+
+    def _give_up(self, entry: Pending, reason: str) -> None:
+        log.error("giving up transaction %s of group %s: %s", entry.txn_id, entry.group, reason)
+        self.stats.given_up += 1
+        for offset in entry.offsets:
+            record = entry.records[offset]
+            headers: list[tuple[str, str | bytes | None]] = [
+                *record.raw_headers,
+                (DL_REASON, reason.encode()),
+            ]
+            self._producer.produce(
+                self.names.dead_letter,
+                key=entry.txn_id.encode(),
+                value=record.message.value,
+                headers=headers,
+                partition=entry.partition,
+            )
+        self._decide(entry, OpState.GIVEN_UP, reason)
+
+    def _decide(self, entry: Pending, state: OpState, reason: str | None) -> None:
+        op = OpRecord(
+            txn_id=entry.txn_id,
+            state=state,
+            producer_group=entry.group,
+            half_partition=entry.partition,
+            half_offsets=tuple(entry.offsets),
+            decided_by=DecidedBy.CHECKER,
+            decided_at_ms=int(time.time() * 1000),
+            reason=reason,
+        )
+        key, value = encode_op(op)
+        self._producer.produce(self.names.op, key=key, value=value, partition=entry.partition)
+        self._producer.flush(10)
+        self.tracker.decide(entry.txn_id)

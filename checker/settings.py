@@ -1,0 +1,106 @@
+"""The checker's settings, from code or ``OUTBOX_CHECKER_*`` variables; RocketMQ 5 defaults."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from outbox.errors import ConfigurationError
+from outbox.protocol.topics import DEFAULT_PREFIX, TopicNames
+
+ENV_PREFIX = "OUTBOX_CHECKER_"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckerSettings:
+    """What a checker instance needs.
+
+    Attributes:
+        bootstrap_servers: Kafka's ``bootstrap.servers``. Required.
+        secret: HMAC key shared with the producers' check endpoints. Required unless
+            ``insecure_local``. Env: ``OUTBOX_CHECKER_SECRET``.
+        insecure_local: send unsigned requests (local endpoints only). Defaults to off.
+        topic_prefix: prefix of the internal topics. Defaults to ``__outbox``.
+        group_id: consumer group of the checker instances. Defaults to ``outbox-checker``.
+        transaction_timeout_s: a transaction younger than this is not checked (RocketMQ's
+            ``transactionTimeOut``). Defaults to 6 s.
+        check_interval_s: time between two checks of one transaction (RocketMQ 5's
+            ``transactionCheckInterval``). Defaults to 30 s.
+        check_max: UNKNOWN answers before a transaction is given up (``transactionCheckMax``).
+            Defaults to 15.
+        no_producer_timeout_s: a transaction whose producer group had no live instance for this
+            long is given up. Defaults to 600 s.
+        registry_ttl_s: a producer instance is live while its last heartbeat is younger.
+            Defaults to 30 s.
+        batch_size: transaction ids per check request. Defaults to 200.
+        request_timeout_s: one check request's timeout. Defaults to 10 s.
+        failover_attempts: instances tried for one batch. Defaults to 3.
+        kafka: extra librdkafka settings.
+    """
+
+    bootstrap_servers: str
+    secret: str | None = None
+    insecure_local: bool = False
+    topic_prefix: str = DEFAULT_PREFIX
+    group_id: str = "outbox-checker"
+    transaction_timeout_s: float = 6.0
+    check_interval_s: float = 30.0
+    check_max: int = 15
+    no_producer_timeout_s: float = 600.0
+    registry_ttl_s: float = 30.0
+    batch_size: int = 200
+    request_timeout_s: float = 10.0
+    failover_attempts: int = 3
+    kafka: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers:
+            raise ConfigurationError(
+                "bootstrap_servers is empty; set OUTBOX_CHECKER_BOOTSTRAP_SERVERS"
+            )
+        if not self.secret and not self.insecure_local:
+            raise ConfigurationError(
+                "the checker signs its requests: set OUTBOX_CHECKER_SECRET to the producers' "
+                "check secret (or insecure_local=True for unsigned local endpoints)"
+            )
+        for name in ("check_max", "batch_size", "failover_attempts"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
+        for name in ("check_interval_s", "registry_ttl_s", "request_timeout_s"):
+            if getattr(self, name) <= 0:
+                raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+
+    @property
+    def topics(self) -> TopicNames:
+        return TopicNames(self.topic_prefix)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> CheckerSettings:
+        """Raises ConfigurationError naming the variable and its bad value."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        if "OUTBOX_BOOTSTRAP_SERVERS" in env:
+            values["bootstrap_servers"] = env["OUTBOX_BOOTSTRAP_SERVERS"]
+        for f in fields(cls):
+            name = ENV_PREFIX + f.name.upper()
+            if f.name != "kafka" and name in env:
+                values[f.name] = _convert(name, env[name], f.type)
+        values.update(overrides)
+        if "bootstrap_servers" not in values:
+            raise ConfigurationError("missing setting: set OUTBOX_CHECKER_BOOTSTRAP_SERVERS")
+        return cls(**values)
+
+
+def _convert(name: str, raw: str, kind: object) -> Any:
+    try:
+        if kind in ("int", int):
+            return int(raw)
+        if kind in ("float", float):
+            return float(raw)
+        if kind in ("bool", bool):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+    except ValueError as err:
+        raise ConfigurationError(f"{name}={raw!r} is not a valid {kind}") from err
+    return raw

@@ -1,0 +1,82 @@
+"""Which transactions are undecided and when each is due for a check. Pure logic, no I/O.
+
+Time is the broker's (the half topic's LogAppendTime) against the checker's own clock, never the
+producer's: a producer whose clock is off is checked neither early nor late.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from outbox.protocol.half import HalfRecord
+
+
+@dataclass
+class Pending:
+    """An undecided transaction."""
+
+    txn_id: str
+    group: str
+    partition: int
+    records: dict[int, HalfRecord] = field(default_factory=dict)
+    first_ms: int = 0
+    due_ms: int = 0
+    checks: int = 0
+    unreachable_since_ms: int | None = None
+
+    @property
+    def offsets(self) -> list[int]:
+        return sorted(self.records)
+
+
+@dataclass
+class Tracker:
+    """Undecided transactions of the partitions one checker instance owns."""
+
+    timeout_ms: int
+    interval_ms: int
+    pending: dict[str, Pending] = field(default_factory=dict)
+    decided: set[str] = field(default_factory=set)
+
+    def add_half(self, record: HalfRecord) -> None:
+        if record.txn_id in self.decided:
+            return
+        entry = self.pending.get(record.txn_id)
+        if entry is None:
+            immunity_ms = (record.check_immunity_s or 0) * 1000
+            entry = Pending(record.txn_id, record.producer_group, record.partition)
+            entry.first_ms = record.timestamp_ms
+            entry.due_ms = record.timestamp_ms + max(self.timeout_ms, immunity_ms)
+            self.pending[record.txn_id] = entry
+        entry.records[record.offset] = record
+
+    def decide(self, txn_id: str) -> Pending | None:
+        """An op was seen (or written by us): the transaction is no longer undecided."""
+        self.decided.add(txn_id)
+        return self.pending.pop(txn_id, None)
+
+    def due(self, now_ms: int) -> list[Pending]:
+        return sorted(
+            (p for p in self.pending.values() if p.due_ms <= now_ms), key=lambda p: p.due_ms
+        )
+
+    def unknown(self, entry: Pending, now_ms: int) -> None:
+        """A producer answered UNKNOWN: count it and check again after the interval."""
+        entry.checks += 1
+        entry.unreachable_since_ms = None
+        entry.due_ms = now_ms + self.interval_ms
+
+    def unreachable(self, entry: Pending, now_ms: int) -> int:
+        """No producer answered: not counted as a check. Returns how long (ms) it has lasted."""
+        if entry.unreachable_since_ms is None:
+            entry.unreachable_since_ms = now_ms
+        entry.due_ms = now_ms + min(self.interval_ms, 5_000)
+        return now_ms - entry.unreachable_since_ms
+
+    def drop_partition(self, partition: int) -> None:
+        for txn_id in [t for t, p in self.pending.items() if p.partition == partition]:
+            del self.pending[txn_id]
+
+    def min_offset(self, partition: int) -> int | None:
+        offsets = [o for p in self.pending.values() if p.partition == partition for o in p.records]
+        return min(offsets) if offsets else None
