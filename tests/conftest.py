@@ -37,3 +37,13 @@ def spark(harness_settings: HarnessSettings) -> Iterator[object]:
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+
+
+# Fixtures shared by the producer, relay and checker tests.
+from tests.producer_fixtures import (  # noqa: E402, F401
+    engine,
+    outbox_settings,
+    producer,
+    session_factory,
+    topics,
+)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import sessionmaker
 
 import outbox
 from outbox import OutboxProducer, OutboxSettings
-from tests.outbox.conftest import Topics, order_ids, orders
+from tests.producer_fixtures import Topics, order_ids, orders
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from sqlalchemy.orm import sessionmaker
 import outbox
 from outbox import OutboxProducer, OutboxSettings, ensure_topics
 from outbox.testing import HarnessSettings, RunningService, start_kafka
-from tests.outbox.conftest import evidence_ids, order_ids, orders
+from tests.producer_fixtures import evidence_ids, order_ids, orders
 
 pytestmark = pytest.mark.integration
 

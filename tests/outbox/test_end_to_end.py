@@ -15,7 +15,7 @@ from outbox import OutboxProducer, OutboxSettings
 from outbox.protocol import Header
 from relay import Relay, RelaySettings
 from tests.kafka_helpers import unique
-from tests.outbox.conftest import order_ids, orders
+from tests.producer_fixtures import order_ids, orders
 from tests.relay.test_relay import read_topic
 
 pytestmark = pytest.mark.integration

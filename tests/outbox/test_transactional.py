@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 import outbox
 from outbox import OutboxProducer
 from outbox.protocol import DecidedBy, Header, OpState, partition_for
-from tests.outbox.conftest import Topics, evidence_ids, order_ids, orders
+from tests.producer_fixtures import Topics, evidence_ids, order_ids, orders
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from outbox import (
     TransactionalProducer,
 )
 from outbox.protocol import OpState
-from tests.outbox.conftest import Topics
+from tests.producer_fixtures import Topics
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from outbox.checks.resolver import FencedResolver
 from outbox.checks.server import CheckServer
 from outbox.errors import ConfigurationError
 from outbox.protocol import LocalTransactionState, new_transaction_id
-from tests.outbox.conftest import evidence_ids
+from tests.producer_fixtures import evidence_ids
 
 pytestmark = pytest.mark.integration
 SECRET = b"s3cret"

@@ -1,4 +1,4 @@
-"""Fixtures for producer tests: fresh internal topics per test, a producer, a migrated DB."""
+"""Fixtures for tests that produce: fresh internal topics per test, a producer, a migrated DB."""
 
 from __future__ import annotations
 
