@@ -1,0 +1,235 @@
+"""Failures the checker must see through: killed producers, skewed clocks, endpoints that go."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from confluent_kafka import Producer
+
+from checker import Checker, CheckerSettings
+from outbox import LocalTransactionState, OutboxProducer, OutboxSettings
+from outbox.checks.resolver import FunctionResolver
+from outbox.protocol import (
+    DecidedBy,
+    HalfMessage,
+    OpState,
+    encode_half_headers,
+    new_transaction_id,
+)
+from relay import Relay, RelaySettings
+from tests.checker.test_checker import SECRET, Background, wait_for
+from tests.kafka_helpers import unique
+from tests.producer_fixtures import Topics
+from tests.relay.test_relay import read_topic
+
+pytestmark = pytest.mark.integration
+CHILD = Path(__file__).with_name("crashing_producer.py")
+
+
+def checker_settings(bootstrap: str, prefix: str, **overrides: Any) -> CheckerSettings:
+    values: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "secret": SECRET,
+        "topic_prefix": prefix,
+        "group_id": unique("checker"),
+        "transaction_timeout_s": 1,
+        "check_interval_s": 1,
+        "check_max": 3,
+    }
+    return CheckerSettings(**(values | overrides))
+
+
+def run_child_until_killed(args: list[str]) -> str:
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), *args],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(CHILD.parents[2])},
+    )
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    child.send_signal(signal.SIGKILL)
+    child.wait(30)
+    assert line.startswith("READY "), line
+    return line.split()[1]
+
+
+@pytest.mark.parametrize("moment", ["after-commit", "before-commit"])
+def test_producer_killed_around_its_commit_is_resolved_by_the_checker(
+    kafka_bootstrap: str,
+    db_url: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    topics: Topics,
+    moment: str,
+) -> None:
+    topic, prefix = unique("orders"), outbox_settings.topic_prefix
+    # Another live instance of the same service answers checks from the same database
+    producer.serve_checks(engine=engine, secret=SECRET)
+    txn_id = run_child_until_killed([kafka_bootstrap, prefix, db_url, topic, moment])
+    services = [
+        Background(Checker(checker_settings(kafka_bootstrap, prefix))),
+        Background(
+            Relay(
+                RelaySettings(
+                    bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=unique("relay")
+                )
+            )
+        ),
+    ]
+    try:
+        wait_for(lambda: any(o.txn_id == txn_id for o in topics.ops()), timeout=60)
+        [op] = [o for o in topics.ops() if o.txn_id == txn_id]
+        if moment == "after-commit":
+            assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+            wait_for(lambda: len(read_topic(kafka_bootstrap, topic)) >= 1)
+        else:
+            assert (op.state, op.decided_by) == (OpState.ROLLBACK, DecidedBy.CHECKER)
+        time.sleep(2)
+        values = [m.value().decode() for m in read_topic(kafka_bootstrap, topic)]
+        assert values == ([f"{moment}-{txn_id}"] if moment == "after-commit" else [])
+    finally:
+        for service in services:
+            service.stop()
+
+
+@pytest.mark.parametrize("skew_s", [-300, 300])
+def test_check_timing_uses_broker_time_not_the_producers_clock(
+    kafka_bootstrap: str, outbox_settings: OutboxSettings, skew_s: int
+) -> None:
+    prefix = outbox_settings.topic_prefix
+    asked: dict[str, float] = {}
+
+    def answer(txn_id: str) -> LocalTransactionState:
+        asked.setdefault(txn_id, time.time())
+        return LocalTransactionState.ROLLBACK
+
+    endpoint = OutboxProducer(outbox_settings)
+    endpoint.serve_checks(resolver=FunctionResolver(answer), secret=SECRET)
+    checker = Background(
+        Checker(checker_settings(kafka_bootstrap, prefix, transaction_timeout_s=4))
+    )
+    try:
+        # Given a producer whose clock is 5 minutes off: its record timestamp and header lie
+        raw = Producer({"bootstrap.servers": kafka_bootstrap})
+        txn_id, skewed_ms = new_transaction_id(), int((time.time() + skew_s) * 1000)
+        headers = encode_half_headers(
+            txn_id=txn_id,
+            producer_group="orders",
+            message=HalfMessage("orders", b"x"),
+            index=0,
+            count=1,
+            created_at_ms=skewed_ms,
+        )
+        raw.produce(
+            outbox_settings.topics.half,
+            key=txn_id.encode(),
+            value=b"x",
+            headers=headers,
+            partition=0,
+            timestamp=skewed_ms,
+        )
+        raw.flush(10)
+        sent = time.time()
+        wait_for(lambda: txn_id in asked, timeout=30)
+        # Then it is checked after the transaction timeout of broker time, neither early nor late
+        assert 4 - 0.5 <= asked[txn_id] - sent <= 4 + 3
+    finally:
+        checker.stop()
+        endpoint.close()
+
+
+def test_endpoint_down_then_up_resolves_without_burning_checks_and_a_gone_group_is_given_up(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    session_factory: Any,
+    topics: Topics,
+) -> None:
+    prefix = outbox_settings.topic_prefix
+    settings = checker_settings(kafka_bootstrap, prefix, check_max=2, no_producer_timeout_s=4)
+    checker = Checker(settings)
+    running = Background(checker)
+    try:
+        down = producer.serve_checks(engine=engine, secret=SECRET)
+        producer.kafka.send_op = lambda op: False  # type: ignore[method-assign]
+        with producer.transaction(session_factory) as committed:
+            committed.send("orders", b"resolved-later", key=b"a")
+        down.close()  # registered, but nobody answers
+        time.sleep(4)
+        assert checker.stats.unreachable > 0 and checker.stats.checks == 0
+        assert not topics.ops()
+        producer.serve_checks(engine=engine, secret=SECRET)  # back up
+        wait_for(lambda: any(o.txn_id == committed.txn_id for o in topics.ops()))
+        [op] = topics.ops()
+        assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+
+        # A group all of whose instances are gone is given up after the limit
+        orphan = OutboxProducer(
+            OutboxSettings(
+                bootstrap_servers=kafka_bootstrap,
+                producer_group="gone",
+                topic_prefix=prefix,
+                partitions=3,
+            )
+        )
+        orphan.kafka.send_op = lambda op: False  # type: ignore[method-assign]
+        with orphan.transaction(session_factory) as lost:
+            lost.send("orders", b"orphan", key=b"b")
+        orphan.close()
+        wait_for(lambda: checker.stats.given_up >= 1, timeout=30)
+        letters = read_topic(kafka_bootstrap, outbox_settings.topics.dead_letter)
+        assert [m.value() for m in letters] == [b"orphan"]
+        assert b"no producer of group 'gone'" in dict(letters[0].headers())["outbox-dl-reason"]
+    finally:
+        running.stop()
+
+
+def test_two_checkers_and_a_restarted_one_never_decide_a_transaction_twice_differently(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    session_factory: Any,
+    topics: Topics,
+) -> None:
+    prefix = outbox_settings.topic_prefix
+    producer.serve_checks(engine=engine, secret=SECRET)
+    producer.kafka.send_op = lambda op: False  # type: ignore[method-assign]
+    expected: dict[str, OpState] = {}
+    for i in range(40):
+        try:
+            with producer.transaction(session_factory) as txn:
+                txn.send("orders", f"m{i}", key=f"k{i}")
+                if i % 2:
+                    raise ValueError
+            expected[txn.txn_id] = OpState.COMMIT
+        except ValueError:
+            expected[txn.txn_id] = OpState.ROLLBACK
+    group = unique("checker")
+    first = Background(Checker(checker_settings(kafka_bootstrap, prefix, group_id=group)))
+    second = Background(Checker(checker_settings(kafka_bootstrap, prefix, group_id=group)))
+    time.sleep(1.5)
+    first.stop()  # a restart in the middle
+    third = Background(Checker(checker_settings(kafka_bootstrap, prefix, group_id=group)))
+    try:
+        wait_for(lambda: {o.txn_id for o in topics.ops()} >= set(expected), timeout=60)
+        time.sleep(2)
+    finally:
+        second.stop()
+        third.stop()
+    decisions: dict[str, set[OpState]] = defaultdict(set)
+    for op in topics.ops():
+        decisions[op.txn_id].add(op.state)
+    assert {t: s for t, s in decisions.items()} == {t: {s} for t, s in expected.items()}
