@@ -1,7 +1,9 @@
-"""`make demo`: the orders service, the relay and a read_committed consumer, end to end.
+"""`make demo`: the orders service, relay, checker and a read_committed consumer, end to end.
 
-Runs on the embedded defaults: a local Kafka broker process and a SQLite file. Exits 0 only when
-every committed order was delivered exactly once and no declined order was delivered.
+Runs on the embedded defaults: a local Kafka broker process and a SQLite file. Some orders are
+declined (rolled back), some "crash" right after their DB commit (their op marker is lost), some
+are still in progress when first checked. Exits 0 only when every committed order was delivered
+exactly once, no declined order was delivered, and nothing was given up.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka import Consumer
@@ -27,38 +30,79 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from service import ORDERS_TOPIC, Base, Order, PaymentDeclined, place_order
 
 import outbox
+from checker import Checker, CheckerSettings
 from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
 from outbox.testing import start_kafka
 from relay import Relay, RelaySettings
+
+DEMO_SECRET = "demo-only-secret"
+
+
+class Crashes:
+    """Orders whose process 'dies' right after the DB commit: their op marker is never sent."""
+
+    def __init__(self, producer: OutboxProducer) -> None:
+        self.local = threading.local()
+        self.count = 0
+        self._send_op = producer.kafka.send_op
+        producer.kafka.send_op = self.send_op  # type: ignore[method-assign]
+
+    def send_op(self, op: Any) -> bool:
+        if getattr(self.local, "crash", False):
+            self.count += 1
+            return False  # lost, as if the process had been killed at this line
+        return self._send_op(op)
 
 
 @dataclass
 class Tally:
     placed: int = 0
     declined: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+    fenced: int = 0
     delivered: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def place_all(count: int, decline_share: float, tally: Tally, workers: int) -> None:
+def place_all(args: argparse.Namespace, tally: Tally, crashes: Crashes) -> None:
     rng = random.Random(7)
     plan = [
-        (f"order-{i:05d}", f"customer-{rng.randrange(20)}", rng.random() < decline_share)
-        for i in range(count)
+        (i, f"order-{i:05d}", f"customer-{rng.randrange(20)}", rng.random() < args.decline_share)
+        for i in range(args.orders)
     ]
 
-    def place(item: tuple[str, str, bool]) -> None:
-        order_id, customer, decline = item
+    def place(item: tuple[int, str, str, bool]) -> None:
+        i, order_id, customer, decline = item
+        crashes.local.crash = i % 25 == 7  # 4% crash after their DB commit
+        slow = 3.0 if i % 100 == 42 else 0.0  # 1% still in progress at their first check
         try:
-            place_order(order_id, customer, rng.randrange(100, 10_000), decline=decline)
+            place_with_retry(order_id, customer, 100 + i, decline, slow, tally)
         except PaymentDeclined:
             with tally.lock:
                 tally.declined.add(order_id)
+        except Exception as err:  # not a business outcome: rolled back, and reported below
+            with tally.lock:
+                tally.failed[order_id] = repr(err)
         with tally.lock:
             tally.placed += 1
 
-    with ThreadPoolExecutor(workers) as pool:
+    with ThreadPoolExecutor(args.workers) as pool:
         list(pool.map(place, plan))
+
+
+def place_with_retry(
+    order_id: str, customer: str, amount: int, decline: bool, slow: float, tally: Tally
+) -> None:
+    """A check fenced the transaction (it waited too long for the DB): retry it as a new one."""
+    for attempt in range(3):
+        try:
+            place_order(order_id, customer, amount, decline=decline, payment_seconds=slow)
+            return
+        except outbox.TransactionFencedError:
+            with tally.lock:
+                tally.fenced += 1
+            if attempt == 2:
+                raise
 
 
 def consume(bootstrap: str, tally: Tally, stop: threading.Event) -> None:
@@ -98,13 +142,16 @@ class Progress:
             self.last = time.monotonic()
 
 
-def progress(tally: Tally, total: int, committed: int | None = None) -> str:
+def progress(tally: Tally, total: int, checker: Checker, committed: int | None = None) -> str:
     with tally.lock:
         delivered = sum(tally.delivered.values())
-        return (
-            f"placed {tally.placed}/{total}  declined {len(tally.declined)}  "
-            f"delivered {delivered}" + (f"/{committed}" if committed is not None else "")
-        )
+        placed, declined = tally.placed, len(tally.declined)
+    resolved = checker.stats.resolved_commit + checker.stats.resolved_rollback
+    target = f"/{committed}" if committed is not None else ""
+    return (
+        f"placed {placed}/{total}  declined {declined}  delivered {delivered}{target}  "
+        f"resolved by checker {resolved}"
+    )
 
 
 def committed_ids(engine: sa.Engine) -> set[str]:
@@ -112,16 +159,21 @@ def committed_ids(engine: sa.Engine) -> set[str]:
         return set(conn.execute(sa.select(Order.id)).scalars())
 
 
-def summary(tally: Tally, committed: set[str]) -> dict[str, int]:
+def summary(tally: Tally, committed: set[str], checker: Checker) -> dict[str, int]:
     delivered = set(tally.delivered)
+    stats = checker.stats
     return {
         "placed": tally.placed,
         "committed": len(committed),
         "rolled back": len(tally.declined),
+        "fenced by a check, retried": tally.fenced,
+        "failed (error, rolled back)": len(tally.failed),
         "delivered": len(delivered & committed),
         "missing": len(committed - delivered),
         "duplicated": sum(n - 1 for n in tally.delivered.values() if n > 1),
-        "delivered after rollback": len(delivered & tally.declined),
+        "delivered after rollback": len(delivered & (tally.declined | set(tally.failed))),
+        "resolved by checker": stats.resolved_commit + stats.resolved_rollback,
+        "given up": stats.given_up,
     }
 
 
@@ -138,7 +190,7 @@ def main() -> int:
     parser.add_argument("--orders", type=int, default=400)
     parser.add_argument("--decline-share", type=float, default=0.15)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="outbox-demo-"))
@@ -161,45 +213,62 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
     ensure_topics(settings)
     producer = OutboxProducer(settings)
     outbox.configure(producer=producer, session_factory=sessionmaker(engine))
+    producer.serve_checks(engine=engine, secret=DEMO_SECRET)
+    crashes = Crashes(producer)
     print(f"kafka {bootstrap}, database {db_url}")
 
     relay = Relay(RelaySettings(bootstrap_servers=bootstrap))
-    relay_thread = threading.Thread(target=relay.run, name="relay", daemon=True)
-    relay_thread.start()
-    tally, stop = Tally(), threading.Event()
-    reader = threading.Thread(target=consume, args=(bootstrap, tally, stop), daemon=True)
-    reader.start()
-
-    placing = threading.Thread(
-        target=place_all, args=(args.orders, args.decline_share, tally, args.workers)
+    checker = Checker(
+        CheckerSettings(
+            bootstrap_servers=bootstrap,
+            secret=DEMO_SECRET,
+            transaction_timeout_s=2,
+            check_interval_s=2,
+        )
     )
+    tally, stop = Tally(), threading.Event()
+    threads = [
+        threading.Thread(target=relay.run, daemon=True),
+        threading.Thread(target=checker.run, daemon=True),
+        threading.Thread(target=consume, args=(bootstrap, tally, stop), daemon=True),
+    ]
+    for thread in threads:
+        thread.start()
+
+    placing = threading.Thread(target=place_all, args=(args, tally, crashes))
     placing.start()
     line = Progress()
     while placing.is_alive():
-        line.show(progress(tally, args.orders))
+        line.show(progress(tally, args.orders, checker))
         time.sleep(0.25)
     committed = committed_ids(engine)
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and not set(tally.delivered) >= committed:
-        line.show(progress(tally, args.orders, len(committed)))
+        line.show(progress(tally, args.orders, checker, len(committed)))
         time.sleep(0.25)
     time.sleep(1.0)  # let any duplicate or phantom show up before judging
-    line.show(progress(tally, args.orders, len(committed)), final=True)
+    line.show(progress(tally, args.orders, checker, len(committed)), final=True)
 
     stop.set()
     relay.close()
-    relay_thread.join(30)
-    reader.join(10)
+    checker.close()
+    for thread in threads:
+        thread.join(30)
     producer.close()
 
-    rows = summary(tally, committed)
+    rows = summary(tally, committed, checker)
+    print(f"{crashes.count} orders 'crashed' after their DB commit before their op marker")
     print_table(rows)
     ok = (
         rows["delivered"] == rows["committed"]
         and rows["missing"] == 0
         and rows["duplicated"] == 0
         and rows["delivered after rollback"] == 0
+        and rows["given up"] == 0
+        and rows["failed (error, rolled back)"] == 0
     )
+    for order_id, error in list(tally.failed.items())[:5]:
+        print(f"{order_id} failed: {error}")
     print(
         "CONSISTENT: every committed order delivered exactly once, no declined order delivered"
         if ok

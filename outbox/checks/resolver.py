@@ -11,7 +11,8 @@ waits at most ``lock_timeout_s`` and the answer is UNKNOWN.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Protocol
 
 import sqlalchemy as sa
@@ -76,8 +77,7 @@ class FencedResolver:
             "created_at": dt.datetime.now(dt.UTC),
         }
         try:
-            with self.engine.begin() as conn:
-                self._bound_wait(conn)
+            with self.engine.begin() as conn, self._bounded_wait(conn):
                 conn.execute(evidence_table.insert(), [row])
             return State.ROLLBACK
         except sa.exc.IntegrityError:
@@ -88,12 +88,27 @@ class FencedResolver:
             # Lock wait ran out (PG lock_timeout, SQLite busy): the transaction is still running.
             return State.UNKNOWN
 
-    def _bound_wait(self, conn: sa.Connection) -> None:
+    @contextmanager
+    def _bounded_wait(self, conn: sa.Connection) -> Iterator[None]:
+        """Wait at most ``lock_timeout_s`` for the row (PG) or the write lock (SQLite).
+
+        PostgreSQL's ``SET LOCAL`` ends with the transaction. SQLite's busy timeout belongs to
+        the connection, which goes back to a pool the application's sessions share, so it is
+        put back as it was.
+        """
+        millis = int(self.lock_timeout_s * 1000)
         if conn.dialect.name == "postgresql":
-            millis = int(self.lock_timeout_s * 1000)
             conn.execute(sa.text(f"SET LOCAL lock_timeout = {millis}"))
+            yield
         elif conn.dialect.name == "sqlite":
-            conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(self.lock_timeout_s * 1000)}")
+            before = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+            conn.exec_driver_sql(f"PRAGMA busy_timeout = {millis}")
+            try:
+                yield
+            finally:
+                conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(before or 0)}")
+        else:
+            yield
 
 
 def _state(kind: str) -> State:
