@@ -19,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
 
+from checker.breaker import Breaker
 from checker.client import CheckClient, NoAnswer
 from checker.instances import LiveInstances
 from checker.settings import CheckerSettings
@@ -40,6 +41,7 @@ class CheckerStats:
     unknown: int = 0
     given_up: int = 0
     unreachable: int = 0
+    breaker_trips: int = 0
 
 
 class Checker:
@@ -57,6 +59,14 @@ class Checker:
         self.client = CheckClient(secret, settings.request_timeout_s)
         self._closed = threading.Event()
         self._ops_caught_up: set[int] = set()
+        self._written: dict[str, OpState] = {}  # our own ops, not yet read back
+        self.breakers: dict[str, Breaker] = defaultdict(
+            lambda: Breaker(
+                min_samples=settings.breaker_min_samples,
+                threshold=settings.breaker_threshold,
+                cooldown_s=settings.breaker_cooldown_s,
+            )
+        )
 
     def close(self) -> None:
         self._closed.set()
@@ -116,8 +126,8 @@ class Checker:
                 op = decode_op(msg.key(), msg.value())
             except ProtocolError:
                 return  # the relay dead-letters it; here it decides nothing
-            if op is not None:
-                self.tracker.decide(op.txn_id)
+            if op is not None and self._written.pop(op.txn_id, None) is not op.state:
+                self.tracker.decide(op.txn_id, op.state)
             return
         try:
             record = decode_half(
@@ -156,17 +166,59 @@ class Checker:
                 self._check_batch(group, entries[start : start + self.settings.batch_size], now_ms)
 
     def _check_batch(self, group: str, entries: list[Pending], now_ms: int) -> None:
+        breaker = self.breakers[group]
+        if not breaker.allows(now_ms / 1000):
+            return  # paused: the transactions stay due and lose no attempt
         instances = self.instances.pick(group, self.settings.failover_attempts)
         try:
             if not instances:
                 raise NoAnswer(f"no live instance of producer group {group!r}")
             answers = self.client.check(instances, [e.txn_id for e in entries])
         except NoAnswer as err:
+            if instances:
+                self._trip(group, [True] * len(entries), now_ms)
             self._unreachable(entries, now_ms, str(err))
             return
         self.stats.checks += len(entries)
+        unknown = [answers[e.txn_id] is LocalTransactionState.UNKNOWN for e in entries]
+        self._trip(group, unknown, now_ms)
+        commits = any(answers[e.txn_id] is LocalTransactionState.COMMIT for e in entries)
+        if commits and not self._read_halves_to_end({e.partition for e in entries}):
+            log.warning("half partitions not read to their end in time; answers applied later")
+            return  # still due: checked again next round, no attempt counted
         for entry in entries:
-            self._answered(entry, answers[entry.txn_id], now_ms)
+            if entry.txn_id in self.tracker.pending:  # not decided meanwhile by another op
+                self._answered(entry, answers[entry.txn_id], now_ms)
+
+    def _trip(self, group: str, bad: list[bool], now_ms: int) -> None:
+        breaker = self.breakers[group]
+        if any([breaker.record(b, now_ms / 1000) for b in bad]):
+            self.stats.breaker_trips += 1
+            log.error(
+                "circuit breaker open for producer group %r for %.0f s: most recent checks "
+                "answered UNKNOWN or failed",
+                group,
+                breaker.cooldown_s,
+            )
+
+    def _read_halves_to_end(self, partitions: set[int]) -> bool:
+        """Before a COMMIT is written, read every half record the transaction can have.
+
+        Its producer had every half acknowledged before its DB commit, and the commit came
+        before the answer, so all of them lie below the half partition's high-watermark now.
+        """
+        ends = {}
+        for p in partitions:
+            tp = TopicPartition(self.names.half, p)
+            ends[p] = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            positions = self._consumer.position([TopicPartition(self.names.half, p) for p in ends])
+            if all(tp.offset >= ends[tp.partition] for tp in positions):
+                return True
+            for msg in self._consumer.consume(1000, 0.2):
+                self._route(msg)
+        return False
 
     def _answered(self, entry: Pending, state: LocalTransactionState, now_ms: int) -> None:
         if state is LocalTransactionState.COMMIT:
@@ -220,4 +272,5 @@ class Checker:
         key, value = encode_op(op)
         self._producer.produce(self.names.op, key=key, value=value, partition=entry.partition)
         self._producer.flush(10)
-        self.tracker.decide(entry.txn_id)
+        self._written[entry.txn_id] = state
+        self.tracker.decide(entry.txn_id, state)

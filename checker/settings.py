@@ -37,6 +37,10 @@ class CheckerSettings:
         batch_size: transaction ids per check request. Defaults to 200.
         request_timeout_s: one check request's timeout. Defaults to 10 s.
         failover_attempts: instances tried for one batch. Defaults to 3.
+        breaker_threshold: share of UNKNOWN answers or errors among a group's recent checks
+            that pauses the group's checks. Defaults to 0.8.
+        breaker_min_samples: recent checks needed before the breaker judges. Defaults to 20.
+        breaker_cooldown_s: how long a tripped group is paused. Defaults to 60 s.
         kafka: extra librdkafka settings.
     """
 
@@ -53,6 +57,9 @@ class CheckerSettings:
     batch_size: int = 200
     request_timeout_s: float = 10.0
     failover_attempts: int = 3
+    breaker_threshold: float = 0.8
+    breaker_min_samples: int = 20
+    breaker_cooldown_s: float = 60.0
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from outbox.protocol.half import HalfRecord
+from outbox.protocol.states import OpState
 
 
 @dataclass
@@ -36,7 +37,9 @@ class Tracker:
     timeout_ms: int
     interval_ms: int
     pending: dict[str, Pending] = field(default_factory=dict)
-    decided: set[str] = field(default_factory=set)
+    decided: dict[str, OpState] = field(default_factory=dict)
+    duplicates: int = 0
+    conflicts: int = 0
 
     def add_half(self, record: HalfRecord) -> None:
         if record.txn_id in self.decided:
@@ -50,9 +53,16 @@ class Tracker:
             self.pending[record.txn_id] = entry
         entry.records[record.offset] = record
 
-    def decide(self, txn_id: str) -> Pending | None:
-        """An op was seen (or written by us): the transaction is no longer undecided."""
-        self.decided.add(txn_id)
+    def decide(self, txn_id: str, state: OpState) -> Pending | None:
+        """An op was read: the transaction is no longer undecided. The first terminal op wins;
+        a later one is counted, as a duplicate or, when its state differs, as a conflict."""
+        first = self.decided.get(txn_id)
+        if first is None:
+            self.decided[txn_id] = state
+        elif first is state:
+            self.duplicates += 1
+        else:
+            self.conflicts += 1
         return self.pending.pop(txn_id, None)
 
     def due(self, now_ms: int) -> list[Pending]:

@@ -233,3 +233,47 @@ def test_two_checkers_and_a_restarted_one_never_decide_a_transaction_twice_diffe
     for op in topics.ops():
         decisions[op.txn_id].add(op.state)
     assert {t: s for t, s in decisions.items()} == {t: {s} for t, s in expected.items()}
+
+
+def test_a_storm_of_unknown_answers_trips_the_breaker_instead_of_burning_checks(
+    kafka_bootstrap: str, outbox_settings: OutboxSettings
+) -> None:
+    prefix = outbox_settings.topic_prefix
+    calls: list[str] = []
+
+    def unknown(txn_id: str) -> LocalTransactionState:
+        calls.append(txn_id)
+        return LocalTransactionState.UNKNOWN
+
+    endpoint = OutboxProducer(outbox_settings)
+    endpoint.serve_checks(resolver=FunctionResolver(unknown), secret=SECRET)
+    raw = Producer({"bootstrap.servers": kafka_bootstrap})
+    for _ in range(30):
+        txn_id = new_transaction_id()
+        headers = encode_half_headers(
+            txn_id=txn_id,
+            producer_group="orders",
+            message=HalfMessage("orders", b"x"),
+            index=0,
+            count=1,
+            created_at_ms=0,
+        )
+        raw.produce(
+            outbox_settings.topics.half,
+            key=txn_id.encode(),
+            value=b"x",
+            headers=headers,
+            partition=0,
+        )
+    raw.flush(10)
+    checker = Checker(checker_settings(kafka_bootstrap, prefix, check_max=2, breaker_cooldown_s=60))
+    running = Background(checker)
+    try:
+        wait_for(lambda: checker.stats.breaker_trips == 1, timeout=30)
+        asked = len(calls)
+        time.sleep(4)  # several check intervals pass while the breaker is open
+        assert len(calls) == asked == 30
+        assert checker.stats.given_up == 0
+    finally:
+        running.stop()
+        endpoint.close()

@@ -1,0 +1,71 @@
+"""The checker's pure parts: when a transaction is due, and when a group's checks pause."""
+
+from __future__ import annotations
+
+from checker.breaker import Breaker
+from checker.tracker import Tracker
+from outbox.protocol import HalfMessage, HalfRecord, OpState
+
+TXN = "01a203d8-301f-7701-b6f4-468000000001"
+
+
+def half(offset: int, broker_ms: int, immunity_s: int | None = None) -> HalfRecord:
+    return HalfRecord(
+        txn_id=TXN,
+        producer_group="g",
+        message=HalfMessage("t", b"v"),
+        index=offset,
+        count=None,
+        created_at_ms=999_999_999_999,  # a producer clock far off: must not matter
+        check_count=0,
+        check_immunity_s=immunity_s,
+        partition=0,
+        offset=offset,
+        timestamp_ms=broker_ms,
+    )
+
+
+def test_first_check_is_due_a_timeout_after_the_broker_timestamp() -> None:
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+    tracker.add_half(half(0, broker_ms=1_000))
+    assert tracker.due(6_999) == []
+    assert [p.txn_id for p in tracker.due(7_000)] == [TXN]
+
+
+def test_check_immunity_delays_the_first_check() -> None:
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+    tracker.add_half(half(0, broker_ms=0, immunity_s=60))
+    assert tracker.due(59_999) == []
+    assert len(tracker.due(60_000)) == 1
+
+
+def test_unknown_answers_count_and_reschedule_but_unreachable_ones_do_not_count() -> None:
+    tracker = Tracker(timeout_ms=0, interval_ms=30_000)
+    tracker.add_half(half(0, broker_ms=0))
+    [entry] = tracker.due(0)
+    tracker.unknown(entry, now_ms=10)
+    assert (entry.checks, entry.due_ms) == (1, 30_010)
+    assert tracker.unreachable(entry, now_ms=40_000) == 0
+    assert tracker.unreachable(entry, now_ms=50_000) == 10_000
+    assert entry.checks == 1
+
+
+def test_first_terminal_op_wins_and_later_ones_are_counted() -> None:
+    tracker = Tracker(timeout_ms=0, interval_ms=1)
+    tracker.add_half(half(0, broker_ms=0))
+    assert tracker.decide(TXN, OpState.COMMIT) is not None
+    assert tracker.decide(TXN, OpState.COMMIT) is None
+    assert tracker.decide(TXN, OpState.ROLLBACK) is None
+    assert (tracker.decided[TXN], tracker.duplicates, tracker.conflicts) == (OpState.COMMIT, 1, 1)
+    tracker.add_half(half(1, broker_ms=0))  # a half read again after its decision
+    assert tracker.pending == {}
+
+
+def test_breaker_opens_on_a_storm_of_bad_outcomes_and_closes_after_cooldown() -> None:
+    breaker = Breaker(window=10, min_samples=5, threshold=0.8, cooldown_s=30)
+    assert not any(breaker.record(False, now=0) for _ in range(5))
+    assert not any(breaker.record(True, now=1) for _ in range(3))  # 3 of 8 bad
+    assert [breaker.record(True, now=2) for _ in range(5)][-1] is True  # 8 of 10 bad
+    assert not breaker.allows(now=31)
+    assert breaker.allows(now=32)
+    assert breaker.trips == 1
