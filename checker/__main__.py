@@ -8,6 +8,7 @@ import sys
 from types import FrameType
 
 from checker.checker import Checker
+from checker.metrics import serve_metrics
 from checker.settings import CheckerSettings
 from outbox.errors import ConfigurationError
 
@@ -20,6 +21,8 @@ def main() -> int:
         print(f"checker: {err}", file=sys.stderr)
         return 2
     checker = Checker(settings)
+    if settings.metrics_port:
+        serve_metrics(checker, settings.metrics_port)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         checker.close()

@@ -41,6 +41,7 @@ class CheckerSettings:
             that pauses the group's checks. Defaults to 0.8.
         breaker_min_samples: recent checks needed before the breaker judges. Defaults to 20.
         breaker_cooldown_s: how long a tripped group is paused. Defaults to 60 s.
+        metrics_port: serve Prometheus metrics on this port; 0 turns them off. Defaults to 0.
         kafka: extra librdkafka settings.
     """
 
@@ -60,6 +61,7 @@ class CheckerSettings:
     breaker_threshold: float = 0.8
     breaker_min_samples: int = 20
     breaker_cooldown_s: float = 60.0
+    metrics_port: int = 0
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -69,3 +69,24 @@ def test_breaker_opens_on_a_storm_of_bad_outcomes_and_closes_after_cooldown() ->
     assert not breaker.allows(now=31)
     assert breaker.allows(now=32)
     assert breaker.trips == 1
+
+
+def test_metrics_expose_the_checker_counters() -> None:
+    import urllib.request
+
+    from checker import Checker, CheckerSettings
+    from checker.metrics import serve_metrics
+    from outbox.testing.ports import free_port
+
+    checker = Checker(CheckerSettings(bootstrap_servers="unused:9092", insecure_local=True))
+    checker.stats.given_up = 2
+    checker.tracker.add_half(half(0, broker_ms=0))
+    port = free_port()
+    server = serve_metrics(checker, port, addr="127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+    assert "outbox_checker_given_up_total 2.0" in text
+    assert "outbox_checker_pending 1.0" in text

@@ -1,0 +1,56 @@
+"""Prometheus metrics of a checker, read from its own counters at scrape time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from checker.checker import Checker
+
+HELP = {
+    "checks": "Transactions asked about (answered by a producer).",
+    "resolved_commit": "Transactions the checker decided COMMIT.",
+    "resolved_rollback": "Transactions the checker decided ROLLBACK.",
+    "unknown": "UNKNOWN answers.",
+    "given_up": "Transactions given up (GIVEN_UP op + dead letters). Alert on any.",
+    "unreachable": "Checks that found no producer instance answering.",
+    "breaker_trips": "Times a producer group's circuit breaker opened.",
+}
+
+
+class CheckerCollector:
+    def __init__(self, checker: Checker) -> None:
+        self.checker = checker
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.checker.stats
+        for f in fields(stats):
+            yield CounterMetricFamily(
+                f"outbox_checker_{f.name}", HELP[f.name], value=getattr(stats, f.name)
+            )
+        tracker = self.checker.tracker
+        yield CounterMetricFamily(
+            "outbox_checker_conflicts", "Later ops contradicting a decision.", tracker.conflicts
+        )
+        yield GaugeMetricFamily(
+            "outbox_checker_pending", "Undecided transactions held.", len(tracker.pending)
+        )
+        oldest = min((p.first_ms for p in tracker.pending.values()), default=None)
+        age = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
+        yield GaugeMetricFamily(
+            "outbox_checker_oldest_pending_age_seconds", "Age of the oldest undecided one.", age
+        )
+
+
+def serve_metrics(checker: Checker, port: int, addr: str = "0.0.0.0") -> Any:
+    """Serve ``/metrics`` on ``port``; returns the HTTP server (``shutdown()`` to stop)."""
+    registry = CollectorRegistry()
+    registry.register(CheckerCollector(checker))
+    server, _ = start_http_server(port, addr=addr, registry=registry)
+    return server
