@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.topics import DEFAULT_MIN_COMPACTION_LAG_MS, DEFAULT_PREFIX, TopicNames
 
 ENV_PREFIX = "OUTBOX_"
-#: librdkafka settings pass through as ``OUTBOX_KAFKA__<key with dots as __>``, e.g.
-#: ``OUTBOX_KAFKA__LINGER_MS=5`` -> ``linger.ms=5``.
-ENV_KAFKA_PREFIX = ENV_PREFIX + "KAFKA__"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,33 +71,6 @@ class OutboxSettings:
         Raises:
             ConfigurationError: naming the variable and its bad value.
         """
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            name = ENV_PREFIX + f.name.upper()
-            if f.name != "kafka" and name in env:
-                values[f.name] = _convert(name, env[name], f.type)
-        kafka = {
-            k[len(ENV_KAFKA_PREFIX) :].lower().replace("__", "."): v
-            for k, v in env.items()
-            if k.startswith(ENV_KAFKA_PREFIX)
-        }
-        if kafka:
-            values["kafka"] = kafka
-        values.update(overrides)
-        missing = [n for n in ("bootstrap_servers", "producer_group") if n not in values]
-        if missing:
-            names = ", ".join(ENV_PREFIX + n.upper() for n in missing)
-            raise ConfigurationError(f"missing settings: set {names}")
-        return cls(**values)
-
-
-def _convert(name: str, raw: str, kind: object) -> Any:
-    try:
-        if kind in ("int", int):
-            return int(raw)
-        if kind in ("float", float):
-            return float(raw)
-    except ValueError as err:
-        raise ConfigurationError(f"{name}={raw!r} is not a valid {kind}") from err
-    return raw
+        return from_env(
+            cls, ENV_PREFIX, env, overrides, required=("bootstrap_servers", "producer_group")
+        )

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.topics import DEFAULT_PREFIX, TopicNames
 
@@ -60,31 +60,17 @@ class RelaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> RelaySettings:
-        """Settings from ``OUTBOX_RELAY_*`` variables; keyword arguments win.
+        """Settings from ``OUTBOX_RELAY_*`` variables (``OUTBOX_BOOTSTRAP_SERVERS`` is
+        shared); keyword arguments win.
 
         Raises:
             ConfigurationError: naming the variable and its bad value.
         """
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        if "OUTBOX_BOOTSTRAP_SERVERS" in env:
-            values["bootstrap_servers"] = env["OUTBOX_BOOTSTRAP_SERVERS"]
-        for f in fields(cls):
-            name = ENV_PREFIX + f.name.upper()
-            if f.name != "kafka" and name in env:
-                values[f.name] = _convert(name, env[name], f.type)
-        values.update(overrides)
-        if "bootstrap_servers" not in values:
-            raise ConfigurationError("missing setting: set OUTBOX_RELAY_BOOTSTRAP_SERVERS")
-        return cls(**values)
-
-
-def _convert(name: str, raw: str, kind: object) -> Any:
-    try:
-        if kind in ("int", int):
-            return int(raw)
-        if kind in ("float", float):
-            return float(raw)
-    except ValueError as err:
-        raise ConfigurationError(f"{name}={raw!r} is not a valid {kind}") from err
-    return raw
+        return from_env(
+            cls,
+            ENV_PREFIX,
+            env,
+            overrides,
+            required=("bootstrap_servers",),
+            fallbacks={"bootstrap_servers": "OUTBOX_BOOTSTRAP_SERVERS"},
+        )
