@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,7 @@ from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
 
 log = logging.getLogger("checker")
+Answers = dict[str, LocalTransactionState]
 DL_REASON = "outbox-dl-reason"
 
 
@@ -60,6 +62,7 @@ class Checker:
         self._closed = threading.Event()
         self._ops_caught_up: set[int] = set()
         self._written: dict[str, OpState] = {}  # our own ops, not yet read back
+        self._pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
         self.breakers: dict[str, Breaker] = defaultdict(
             lambda: Breaker(
                 min_samples=settings.breaker_min_samples,
@@ -99,6 +102,7 @@ class Checker:
                 self.instances.poll()
                 self._check_due()
         finally:
+            self._pool.shutdown()
             self._consumer.close()
             self._producer.flush(10)
             self.instances.close()
@@ -161,24 +165,43 @@ class Checker:
         by_group: dict[str, list[Pending]] = defaultdict(list)
         for entry in due:
             by_group[entry.group].append(entry)
-        for group, entries in by_group.items():
-            for start in range(0, len(entries), self.settings.batch_size):
-                self._check_batch(group, entries[start : start + self.settings.batch_size], now_ms)
+        size = self.settings.batch_size
+        batches = [
+            (group, entries[start : start + size])
+            for group, entries in by_group.items()
+            if self.breakers[group].allows(now_ms / 1000)  # paused groups stay due, unpenalised
+            for start in range(0, len(entries), size)
+        ]
+        # Back-pressure: at most this many requests per round; the rest stay due for the next.
+        batches = batches[: self.settings.check_concurrency * 2]
+        futures = {
+            self._pool.submit(self._ask, group, [e.txn_id for e in entries]): (group, entries)
+            for group, entries in batches
+        }
+        for future in as_completed(futures):
+            group, entries = futures[future]
+            self._apply(group, entries, future.result(), now_ms)
+        self._producer.flush(10)
 
-    def _check_batch(self, group: str, entries: list[Pending], now_ms: int) -> None:
-        breaker = self.breakers[group]
-        if not breaker.allows(now_ms / 1000):
-            return  # paused: the transactions stay due and lose no attempt
+    def _ask(self, group: str, txn_ids: list[str]) -> Answers | NoAnswer:
+        """Runs in a worker thread: HTTP only, no Kafka client is touched here."""
         instances = self.instances.pick(group, self.settings.failover_attempts)
+        if not instances:
+            return NoAnswer(f"no live instance of producer group {group!r}", asked=False)
         try:
-            if not instances:
-                raise NoAnswer(f"no live instance of producer group {group!r}")
-            answers = self.client.check(instances, [e.txn_id for e in entries])
+            return self.client.check(instances, txn_ids)
         except NoAnswer as err:
-            if instances:
+            return err
+
+    def _apply(
+        self, group: str, entries: list[Pending], result: Answers | NoAnswer, now_ms: int
+    ) -> None:
+        if isinstance(result, NoAnswer):
+            if result.asked:
                 self._trip(group, [True] * len(entries), now_ms)
-            self._unreachable(entries, now_ms, str(err))
+            self._unreachable(entries, now_ms, str(result))
             return
+        answers = result
         self.stats.checks += len(entries)
         unknown = [answers[e.txn_id] is LocalTransactionState.UNKNOWN for e in entries]
         self._trip(group, unknown, now_ms)
@@ -271,6 +294,6 @@ class Checker:
         )
         key, value = encode_op(op)
         self._producer.produce(self.names.op, key=key, value=value, partition=entry.partition)
-        self._producer.flush(10)
+        self._producer.poll(0)
         self._written[entry.txn_id] = state
         self.tracker.decide(entry.txn_id, state)

@@ -17,7 +17,11 @@ log = logging.getLogger("checker")
 
 
 class NoAnswer(Exception):
-    """No instance of the group answered (all failed or none is live)."""
+    """No instance of the group answered: ``asked`` is False when none was live to ask."""
+
+    def __init__(self, message: str, *, asked: bool = True) -> None:
+        super().__init__(message)
+        self.asked = asked
 
 
 class CheckClient:

@@ -37,6 +37,7 @@ class CheckerSettings:
         batch_size: transaction ids per check request. Defaults to 200.
         request_timeout_s: one check request's timeout. Defaults to 10 s.
         failover_attempts: instances tried for one batch. Defaults to 3.
+        check_concurrency: check requests in flight at once. Defaults to 4.
         breaker_threshold: share of UNKNOWN answers or errors among a group's recent checks
             that pauses the group's checks. Defaults to 0.8.
         breaker_min_samples: recent checks needed before the breaker judges. Defaults to 20.
@@ -58,6 +59,7 @@ class CheckerSettings:
     batch_size: int = 200
     request_timeout_s: float = 10.0
     failover_attempts: int = 3
+    check_concurrency: int = 4
     breaker_threshold: float = 0.8
     breaker_min_samples: int = 20
     breaker_cooldown_s: float = 60.0
@@ -74,7 +76,7 @@ class CheckerSettings:
                 "the checker signs its requests: set OUTBOX_CHECKER_SECRET to the producers' "
                 "check secret (or insecure_local=True for unsigned local endpoints)"
             )
-        for name in ("check_max", "batch_size", "failover_attempts"):
+        for name in ("check_max", "batch_size", "failover_attempts", "check_concurrency"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
         for name in ("check_interval_s", "registry_ttl_s", "request_timeout_s"):
