@@ -61,6 +61,7 @@ def start_kafka_container(settings: HarnessSettings, engine: Engine) -> RunningS
         _stop=container.stop,
         _logs=lambda: _logs(container),
         _restart=lambda: _restart(container, ready),
+        engine=engine.kind,
     )
 
 
@@ -89,6 +90,7 @@ def start_postgres_container(settings: HarnessSettings, engine: Engine) -> Runni
         _stop=container.stop,
         _logs=lambda: _logs(container),
         _restart=lambda: _restart(container, ready),
+        engine=engine.kind,
     )
 
 

@@ -29,6 +29,8 @@ class RunningService:
     _stop: Callable[[], None] = field(repr=False, default=lambda: None)
     _logs: Callable[[], str] = field(repr=False, default=lambda: "")
     _restart: Callable[[], None] | None = field(repr=False, default=None)
+    #: For containers: the engine that runs them ("podman" or "docker").
+    engine: str | None = None
     stopped: bool = field(default=False, init=False)
 
     def stop(self) -> None:
@@ -57,4 +59,5 @@ class RunningService:
         self.stop()
 
     def describe(self) -> str:
-        return f"{self.name} via {self.provider} provider at {self.address}"
+        engine = f" on {self.engine}" if self.engine else ""
+        return f"{self.name} via {self.provider} provider{engine} at {self.address}"
