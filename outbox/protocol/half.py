@@ -39,11 +39,22 @@ class HalfRecord:
     created_at_ms: int
     check_count: int
     check_immunity_s: int | None = None
+    #: Set on a put-back copy: the offset of the original half record.
+    origin_offset: int | None = None
     # Where it was read from; the broker's timestamp (LogAppendTime on the half topic).
     partition: int = -1
     offset: int = -1
     timestamp_ms: int = -1
     raw_headers: tuple[tuple[str, bytes], ...] = field(default=(), repr=False)
+
+    @property
+    def original_offset(self) -> int:
+        """The offset the producer's record has: op records name these, never a copy's."""
+        return self.offset if self.origin_offset is None else self.origin_offset
+
+    @property
+    def is_copy(self) -> bool:
+        return self.origin_offset is not None
 
 
 def encode_half_headers(
@@ -126,11 +137,21 @@ def decode_half(
             if Header.CHECK_IMMUNITY_S.value in ours
             else None
         ),
+        origin_offset=(
+            _int(ours, Header.ORIGIN_OFFSET, where) if Header.ORIGIN_OFFSET.value in ours else None
+        ),
         partition=partition,
         offset=offset,
         timestamp_ms=timestamp_ms,
         raw_headers=tuple((n, v.encode() if isinstance(v, str) else (v or b"")) for n, v in pairs),
     )
+
+
+def copy_headers(record: HalfRecord) -> HeaderList:
+    """The headers of a put-back copy of ``record``: its own, with the origin offset set."""
+    headers = [(n, v) for n, v in record.raw_headers if n != Header.ORIGIN_OFFSET.value]
+    headers.append((Header.ORIGIN_OFFSET.value, str(record.original_offset).encode()))
+    return headers
 
 
 def _text(headers: dict[str, bytes], name: Header, where: str) -> str:

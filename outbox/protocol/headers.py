@@ -28,6 +28,10 @@ class Header(StrEnum):
     CHECK_COUNT = "outbox-check-count"
     #: RocketMQ's CHECK_IMMUNITY_TIME_IN_SECONDS: delay this transaction's first check.
     CHECK_IMMUNITY_S = "outbox-check-immunity-s"
+    #: Only on a put-back copy (re-appended by the relay, or by ``resume``): the offset of the
+    #: original half record in the same partition. Readers identify a message by
+    #: (transaction id, message index), never by the offset of a copy.
+    ORIGIN_OFFSET = "outbox-origin-offset"
 
 
 #: Headers every half record carries (besides the optional ones and the user's own).

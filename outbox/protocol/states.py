@@ -20,6 +20,14 @@ class OpState(StrEnum):
     ROLLBACK = "ROLLBACK"
     #: The checker gave up after its maximum number of checks; the messages are dead-lettered.
     GIVEN_UP = "GIVEN_UP"
+    #: Not terminal: an operator put a given-up transaction back to be checked again
+    #: (``kafka-outbox resume``); its ``half.offsets`` name the re-appended copies. The next
+    #: terminal op decides the transaction.
+    RESUMED = "RESUMED"
+
+
+#: States that decide a transaction. The first terminal op (after the latest RESUMED) wins.
+TERMINAL_STATES = frozenset({OpState.COMMIT, OpState.ROLLBACK, OpState.GIVEN_UP})
 
 
 class DecidedBy(StrEnum):
