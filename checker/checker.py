@@ -26,13 +26,13 @@ from checker.instances import LiveInstances
 from checker.settings import CheckerSettings
 from checker.tracker import Pending, Tracker
 from outbox.errors import ProtocolError
+from outbox.protocol.dead_letter import dead_letter_headers
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
 
 log = logging.getLogger("checker")
 Answers = dict[str, LocalTransactionState]
-DL_REASON = "outbox-dl-reason"
 
 
 @dataclass
@@ -268,10 +268,13 @@ class Checker:
         self.stats.given_up += 1
         for offset in entry.offsets:
             record = entry.records[offset]
-            headers: list[tuple[str, str | bytes | None]] = [
-                *record.raw_headers,
-                (DL_REASON, reason.encode()),
-            ]
+            headers = dead_letter_headers(
+                record.raw_headers,
+                reason=reason,
+                source_topic=self.names.half,
+                source_partition=entry.partition,
+                source_offset=record.original_offset,
+            )
             self._producer.produce(
                 self.names.dead_letter,
                 key=entry.txn_id.encode(),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from outbox.protocol.dead_letter import dead_letter_headers
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.headers import Header
 
@@ -32,13 +33,6 @@ def promoted(record: HalfRecord) -> Outgoing:
     return Outgoing(record.message.topic, record.message.key, record.message.value, headers)
 
 
-#: Headers a dead letter carries besides the original record's own.
-DL_REASON = "outbox-dl-reason"
-DL_SOURCE_TOPIC = "outbox-dl-source-topic"
-DL_SOURCE_PARTITION = "outbox-dl-source-partition"
-DL_SOURCE_OFFSET = "outbox-dl-source-offset"
-
-
 def dead_letter(
     topic: str,
     *,
@@ -51,10 +45,13 @@ def dead_letter(
     headers: Headers | None,
 ) -> Outgoing:
     """The original record, whole, with why and where it came from."""
-    extra: Headers = [
-        (DL_REASON, reason.encode()),
-        (DL_SOURCE_TOPIC, source_topic.encode()),
-        (DL_SOURCE_PARTITION, str(source_partition).encode()),
-        (DL_SOURCE_OFFSET, str(source_offset).encode()),
-    ]
-    return Outgoing(topic, key, value, list(headers or []) + extra, partition=source_partition)
+    all_headers: Headers = list(
+        dead_letter_headers(
+            headers,
+            reason=reason,
+            source_topic=source_topic,
+            source_partition=source_partition,
+            source_offset=source_offset,
+        )
+    )
+    return Outgoing(topic, key, value, all_headers, partition=source_partition)

@@ -23,8 +23,8 @@ from outbox.protocol import (
     new_transaction_id,
     partition_for,
 )
+from outbox.protocol.dead_letter import DeadLetterHeader
 from relay import Relay, RelaySettings
-from relay.promotion import DL_REASON
 from tests.kafka_helpers import unique, watermarks
 
 pytestmark = pytest.mark.integration
@@ -203,7 +203,7 @@ def test_undecodable_records_go_to_the_dead_letter_topic_and_the_relay_goes_on(
     wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
     wait_for(lambda: len(read_topic(kafka_bootstrap, topics.dead_letter)) >= 3)
     reasons = sorted(
-        dict(m.headers())[DL_REASON].decode()
+        dict(m.headers())[DeadLetterHeader.REASON].decode()
         for m in read_topic(kafka_bootstrap, topics.dead_letter)
     )
     assert len(reasons) == 3
