@@ -1,73 +1,174 @@
-"""Rebuilding a partition's state after (re)assignment, from committed offsets and the op topic."""
+"""Rebuilding a partition's state from its committed progress and the op topic.
+
+The committed progress (half offset, op offset, and the metadata stored with the op offset) says
+where to resume reading and from which op offset (``rebuild_from``) decisions must be re-learnt,
+so that re-read half records of transactions decided before the committed op offset are not
+taken as pending. Decisions from a trailing time window are re-learnt too, so that a late
+duplicate op (a producer's op arriving after the checker already decided) is still recognised.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
-from outbox.protocol.op import decode_op
-from relay.state import PartitionState
+from outbox.protocol.op import OpRecord, decode_op
+from outbox.protocol.states import TERMINAL_STATES, OpState
+from relay.state import PartitionState, Progress
 
 log = logging.getLogger("relay")
 
 
-def rebuild(
-    config: dict[str, Any], op_topic: str, partition: int, half_offset: int, op_offset: int
-) -> PartitionState:
-    """The state of a partition pair whose progress was committed at these offsets.
+def apply_history(state: PartitionState, ops: Iterable[OpRecord], parked: Iterable[str]) -> None:
+    """Re-learn decisions from ops that were handled before the committed op offset.
 
-    Transactions decided before ``op_offset`` whose half records lie at or after ``half_offset``
-    will be read again; they are remembered as decided so their halves are not taken as pending.
+    ``parked`` names COMMITs that were handled but not yet written: they are parked again,
+    not remembered as decided.
     """
-    state = PartitionState(partition, half_position=max(half_offset, 0), op_done=max(op_offset, 0))
-    if op_offset == OFFSET_INVALID or op_offset <= 0:
-        return state
-    reader = Consumer({**config, "group.id": f"outbox-relay-rebuild-{partition}"})
-    try:
-        reader.assign([TopicPartition(op_topic, partition, 0)])
-        _scan(reader, op_topic, state, op_offset, half_offset)
-    finally:
-        reader.close()
-    log.info(
-        "partition %d rebuilt: half from %d, op from %d, %d decided transactions remembered",
+    parked_ids = set(parked)
+    for op in ops:
+        if op.state is OpState.RESUMED:
+            state.decided.pop(op.txn_id, None)
+            state.parked.pop(op.txn_id, None)
+            continue
+        if op.state not in TERMINAL_STATES or op.txn_id in state.decided:
+            continue
+        if op.txn_id in state.parked:
+            continue
+        if op.txn_id in parked_ids and op.state is OpState.COMMIT:
+            state.parked[op.txn_id] = op
+        else:
+            state._remember(op.txn_id, op.state)
+
+
+def restore(
+    progress: Progress,
+    history: Iterable[OpRecord],
+    *,
+    partition: int,
+    log_end: int,
+    max_held_records: int = 10_000,
+    decided_memory: int = 200_000,
+) -> PartitionState:
+    """The state of a partition pair committed as ``progress``, given the ops before its op
+    offset (at least those from ``progress.rebuild_from``) and the half partition's end now.
+
+    Until the reader passes ``log_end``, the re-learnt decisions stay needed by any further
+    rebuild, so the committed rebuild point is carried over.
+    """
+    state = PartitionState(
         partition,
-        half_offset,
-        op_offset,
-        len(state.decided),
+        half_position=progress.half_offset,
+        op_position=progress.op_offset,
+        max_held_records=max_held_records,
+        decided_memory=decided_memory,
     )
+    apply_history(state, history, progress.parked)
+    if progress.half_offset < log_end:
+        state.ahead.append((progress.rebuild_from, log_end))
     return state
 
 
-def _scan(
-    reader: Consumer, topic: str, state: PartitionState, until: int, half_offset: int
-) -> None:
-    tp = TopicPartition(topic, state.partition)
-    low, high = reader.get_watermark_offsets(tp, timeout=10)
-    end = min(until, high)
-    idle = 0
-    while end > low:
-        msg = reader.poll(1.0)
-        if msg is None:
-            # Compaction leaves gaps and transaction markers take offsets: trust the position.
-            if reader.position([tp])[0].offset >= end:
-                return
-            idle += 1
-            if idle > 30:
-                raise KafkaOperationError(f"op partition {tp} could not be read up to {end}")
-            continue
-        if msg.error():
-            continue
-        offset = msg.offset() or 0
-        if offset >= end:
-            return
-        try:
-            op = decode_op(msg.key(), msg.value(), partition=state.partition, offset=offset)
-        except ProtocolError:
-            op = None
-        if op is not None and max(op.half_offsets, default=-1) >= half_offset:
-            state.remember(op.txn_id, op.state)
-        if offset >= end - 1:
-            return
+class OpHistory:
+    """Reads a range of an op partition (a consumer of its own, assigned, never committing)."""
+
+    def __init__(self, config: dict[str, Any], topic: str) -> None:
+        self.topic = topic
+        self._consumer = Consumer(
+            {
+                **config,
+                "group.id": "outbox-relay-rebuild",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+            }
+        )
+
+    def start_for_time(self, partition: int, ms: int) -> int:
+        """The first offset of ``partition`` with a timestamp at or after ``ms``."""
+        found = self._consumer.offsets_for_times([TopicPartition(self.topic, partition, ms)], 10)
+        offset = found[0].offset
+        if offset < 0:  # nothing that recent: the end
+            return int(self._consumer.get_watermark_offsets(found[0], timeout=10)[1])
+        return int(offset)
+
+    def read(self, partition: int, start: int, end: int) -> list[OpRecord]:
+        """Decodable ops with offsets in [start, end); undecodable ones were dead-lettered."""
+        ops: list[OpRecord] = []
+        if start >= end:
+            return ops
+        tp = TopicPartition(self.topic, partition, start)
+        self._consumer.assign([tp])
+        idle = 0
+        while True:
+            msg = self._consumer.poll(1.0)
+            if msg is None:
+                idle += 1
+                position = self._consumer.position([TopicPartition(self.topic, partition)])[0]
+                if position.offset >= end:
+                    break  # transaction markers and compaction leave gaps below the end
+                if idle > 30:
+                    raise KafkaOperationError(
+                        f"op partition {partition} could not be read from {start} to {end}"
+                    )
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    break
+                raise KafkaOperationError(f"reading op partition {partition}: {error}", error)
+            offset = int(msg.offset() or 0)
+            if offset >= end:
+                break
+            try:
+                op = decode_op(msg.key(), msg.value(), partition=partition, offset=offset)
+            except ProtocolError:
+                op = None
+            if op is not None:
+                ops.append(op)
+            if offset >= end - 1:
+                break
+        self._consumer.unassign()
+        return ops
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def rebuild(
+    history: OpHistory,
+    partition: int,
+    progress: Progress,
+    *,
+    log_end: int,
+    window_start_ms: int,
+    max_held_records: int,
+    decided_memory: int,
+) -> PartitionState:
+    """The state of a partition pair whose progress was committed as ``progress``;
+    ``log_end`` is the half partition's end, just read from the broker."""
+    start = min(progress.rebuild_from, history.start_for_time(partition, window_start_ms))
+    ops = history.read(partition, max(start, 0), progress.op_offset)
+    state = restore(
+        progress,
+        ops,
+        partition=partition,
+        log_end=log_end,
+        max_held_records=max_held_records,
+        decided_memory=decided_memory,
+    )
+    log.info(
+        "partition %d rebuilt: half from %d, op from %d (decisions re-learnt from op %d: %d); "
+        "%d parked",
+        partition,
+        progress.half_offset,
+        progress.op_offset,
+        start,
+        len(ops),
+        len(state.parked),
+    )
+    return state

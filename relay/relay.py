@@ -1,10 +1,14 @@
-"""The relay: promotes committed half messages to their real topics, drops rolled-back ones.
+"""The relay: promotes committed half messages to their real topics, exactly once.
 
-At least once, never lost: progress (the consumer offsets of the half and op partitions) is
-committed only after every promotion before it was acknowledged, and never past a half record
-whose transaction is undecided. A failed delivery makes the relay re-read from its committed
-offsets. Instances in one consumer group share the partitions; the range assignor gives one
-instance the same partition number of both topics (they have equal partition counts).
+Each batch is ONE Kafka transaction holding the promoted records, the put-back copies, the dead
+letters, and the relay's progress on the half and op partitions (``send_offsets_to_transaction``
+with the consumer group's metadata, so an instance that lost its partitions in a rebalance is
+fenced and cannot commit). A ``read_committed`` consumer of a real topic therefore sees each
+committed message once, whatever happens to relays and brokers: either the batch committed with
+its progress, or neither happened and the batch is redone from the committed progress.
+
+Instances in one consumer group share the partitions. Both topics are subscribed with the range
+assignor and have equal partition counts, so one instance owns partition p of both.
 """
 
 from __future__ import annotations
@@ -12,122 +16,201 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from outbox.errors import ProtocolError
-from outbox.protocol.half import decode_half
-from outbox.protocol.op import decode_op, encode_op
+from outbox.errors import OutboxError, ProtocolError
+from outbox.protocol.half import HalfRecord, copy_headers, decode_half
+from outbox.protocol.op import OpRecord, decode_op, encode_op
+from outbox.service_http import ServiceEndpoint
+from relay.fetch import HalfFetcher
+from relay.metrics import RelayMetrics
 from relay.promotion import Outgoing, dead_letter, promoted
-from relay.rebuild import rebuild
+from relay.rebuild import OpHistory, rebuild
 from relay.settings import RelaySettings
-from relay.state import Missing, PartitionState, Promote
+from relay.state import (
+    Action,
+    BadRecord,
+    Batch,
+    Drop,
+    Need,
+    PartitionState,
+    Progress,
+    Promote,
+    PutBack,
+    Reject,
+)
+from relay.topic_cache import TopicCache
 
 log = logging.getLogger("relay")
 
+#: An op waiting this long for its half records makes the relay ask the broker whether they
+#: can exist at all (an op naming offsets past the partition's end is rejected).
+VERIFY_AFTER_S = 5.0
 
-class _Rewind(Exception):
-    """A delivery failed: drop in-memory state and re-read from the committed offsets."""
+
+class _Restart(Exception):
+    """The Kafka clients cannot go on (fenced, fatal error): start a new session."""
 
 
 class Relay:
-    """One relay instance. ``run()`` blocks until ``close()`` is called."""
+    """One relay instance: ``run()`` blocks until ``close()``."""
 
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
         self.names = settings.topics
         self.states: dict[int, PartitionState] = {}
         self.dead_lettered = 0
-        self.rewinds = 0
+        self.aborts = 0
+        self.sessions = 0
+        self.metrics = RelayMetrics(self)
         self._closed = threading.Event()
-        self._failures: list[str] = []
-        self._committed: dict[int, tuple[int, int]] = {}
+        self._committed: dict[int, tuple[int, int, str]] = {}
+        self._retired: dict[str, int] = {}  # counters of partitions no longer held
+        self._refused: dict[str, float] = {}  # txn id -> when a real topic refused it
+        self._waiting_since: dict[int, float] = {}
+        self._paused: set[int] = set()
+        self._parked_logged: set[str] = set()
+        self._copies_end: dict[int, int] = {}
+        self._failures: list[tuple[str | None, str]] = []
+        self._loop_at = time.monotonic()
+        self._ready = (False, "starting")
+        self._http: ServiceEndpoint | None = None
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
 
     # -- life cycle ------------------------------------------------------------------------
 
     def run(self) -> None:
-        while not self._closed.is_set():
-            self._open()
-            try:
-                self._loop()
-            except _Rewind as err:
-                self.rewinds += 1
-                log.warning("delivery failed (%s); re-reading from the committed offsets", err)
-                self._shutdown(commit=False)
-                self._closed.wait(self.settings.retry_backoff_s)
-                continue
-            self._shutdown(commit=True)
+        if self.settings.http_port and self._http is None:
+            self._http = ServiceEndpoint(
+                live=self.live,
+                ready=self.ready,
+                metrics=self.metrics.render,
+                host=self.settings.http_host,
+                port=self.settings.http_port,
+                name="outbox-relay-http",
+            )
+        try:
+            while not self._closed.is_set():
+                try:
+                    self._session()
+                except (_Restart, KafkaException, OutboxError) as err:
+                    self._ready = (False, f"restarting after: {err}")
+                    log.error("relay session ended (%s); starting a new one", err)
+                    self._closed.wait(self.settings.retry_backoff_s)
+        finally:
+            if self._http is not None:
+                self._http.close()
+                self._http = None
 
     def close(self) -> None:
-        """Ask ``run()`` to commit what was delivered and return."""
+        """Ask ``run()`` to finish the open batch (within the grace period) and return."""
         self._closed.set()
+
+    def live(self) -> tuple[bool, str]:
+        idle = time.monotonic() - self._loop_at
+        if idle > self.settings.liveness_timeout_s:
+            return False, f"the relay loop has not turned for {idle:.0f} s"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        return self._ready
+
+    # -- one session: a transactional producer and a consumer ------------------------------
 
     def _base_config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
 
-    def _consumer_config(self) -> dict[str, Any]:
-        return {
-            **self._base_config(),
-            "group.id": self.settings.group_id,
-            "partition.assignment.strategy": "range",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
-
-    def _open(self) -> None:
-        self._failures = []
-        self.states = {}
-        self._committed = {}
+    def _session(self) -> None:
+        self.sessions += 1
+        config = self._base_config()
         self._producer = Producer(
             {
-                **self._base_config(),
+                **config,
+                "transactional.id": self.settings.transactional_id,
+                "transaction.timeout.ms": int(self.settings.transaction_timeout_s * 1000),
                 "enable.idempotence": True,
                 "acks": "all",
                 "linger.ms": 5,
+                "batch.num.messages": 10000,
+                "allow.auto.create.topics": False,
                 "partitioner": "murmur2_random",
             }
         )
-        self._consumer = Consumer(self._consumer_config())
-        self._consumer.subscribe(
-            [self.names.half, self.names.op],
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+        self._history = OpHistory(config, self.names.op)
+        self._fetcher = HalfFetcher(config, self.names.half)
+        self._topics = TopicCache(
+            {k: v for k, v in config.items() if not k.startswith(("linger", "batch", "queue"))},
+            refresh_s=self.settings.topic_refresh_s,
+            auto_create=self.settings.auto_create_topics,
+            auto_create_partitions=self.settings.auto_create_partitions,
         )
+        try:
+            self._producer.init_transactions(self.settings.transaction_timeout_s * 3)
+            self._consumer = Consumer(
+                {
+                    "session.timeout.ms": 10000,
+                    "heartbeat.interval.ms": 1000,
+                    **config,
+                    "group.id": self.settings.group_id,
+                    "partition.assignment.strategy": "range",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                }
+            )
+            self._consumer.subscribe(
+                [self.names.half, self.names.op],
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_revoke,
+            )
+            self._ready = (True, "subscribed")
+            self._loop()
+        finally:
+            self._end_session()
 
-    def _shutdown(self, *, commit: bool) -> None:
-        assert self._consumer is not None and self._producer is not None
-        if commit:
-            try:
-                self._commit()
-            except _Rewind as err:
-                log.warning("final commit skipped: %s", err)
-        self._consumer.close()
-        self._producer.flush(self.settings.shutdown_grace_s)
+    def _end_session(self) -> None:
+        for state in self.states.values():
+            self._retire(state)
         self.states = {}
-        self._consumer = self._producer = None  # librdkafka handles go away with the objects
-
-    # -- the loop --------------------------------------------------------------------------
+        self._committed = {}
+        self._paused = set()
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            except KafkaException as err:
+                log.warning("consumer close: %s", err)
+        self._history.close()
+        self._fetcher.close()
+        self._consumer = self._producer = None  # librdkafka handles go with the objects
 
     def _loop(self) -> None:
         assert self._consumer is not None
-        last_commit = time.monotonic()
-        produced = 0
+        last = time.monotonic()
+        read = 0
         while not self._closed.is_set():
-            batch = self._consumer.consume(
+            self._loop_at = time.monotonic()
+            messages = self._consumer.consume(
                 self.settings.batch_max_records, self.settings.poll_timeout_s
             )
-            for msg in batch:
+            for msg in messages:
                 self._route(msg)
-            produced += self._act()
-            due = time.monotonic() - last_commit >= self.settings.commit_interval_s
-            if produced >= self.settings.batch_max_records or due:
-                self._commit()
-                last_commit, produced = time.monotonic(), 0
+            read += len(messages)
+            self._flow_control()
+            now = time.monotonic()
+            if (
+                read >= self.settings.batch_max_records
+                or now - last >= self.settings.commit_interval_s
+            ):
+                self._commit_batch()
+                last, read = time.monotonic(), 0
+        self._commit_batch(timeout=self.settings.shutdown_grace_s)
+
+    # -- input -----------------------------------------------------------------------------
 
     def _route(self, msg: Message) -> None:
         error = msg.error()
@@ -139,93 +222,228 @@ class Relay:
         state = self.states.get(partition) if partition is not None else None
         if state is None:
             return  # not co-assigned (both topics must have equal partition counts)
-        if msg.topic() == self.names.half:
-            self._route_half(msg, state)
-        else:
-            self._route_op(msg, state)
-
-    def _route_half(self, msg: Message, state: PartitionState) -> None:
-        offset = msg.offset() or 0
+        offset = int(msg.offset() or 0)
         try:
-            record = decode_half(
-                value=msg.value(),
-                headers=msg.headers(),
-                partition=state.partition,
-                offset=offset,
-                timestamp_ms=msg.timestamp()[1],
-            )
+            if msg.topic() == self.names.half:
+                state.add_half(
+                    decode_half(
+                        value=msg.value(),
+                        headers=msg.headers(),
+                        partition=state.partition,
+                        offset=offset,
+                        timestamp_ms=msg.timestamp()[1],
+                    )
+                )
+            else:
+                op = decode_op(msg.key(), msg.value(), partition=state.partition, offset=offset)
+                if op is not None and op.half_partition != state.partition:
+                    raise ProtocolError(
+                        f"op record at partition {state.partition} offset {offset} names half "
+                        f"partition {op.half_partition}; a transaction's op and halves share one"
+                    )
+                state.add_op(offset, op)
         except ProtocolError as err:
-            self._dead_letter(msg, err)
-            state.skip_half(offset)
+            bad = _bad(msg, state.partition, offset, str(err))
+            state.add_bad(bad, half=msg.topic() == self.names.half)
+
+    def _flow_control(self) -> None:
+        """Pause reading an op partition whose queue is long; resume it once it drained."""
+        assert self._consumer is not None
+        limit = self.settings.max_queued_ops
+        for p, state in self.states.items():
+            tp = [TopicPartition(self.names.op, p)]
+            if p not in self._paused and len(state.queue) > limit:
+                self._consumer.pause(tp)
+                self._paused.add(p)
+            elif p in self._paused and len(state.queue) <= limit // 2:
+                self._consumer.resume(tp)
+                self._paused.discard(p)
+
+    # -- one batch = one Kafka transaction -------------------------------------------------
+
+    def _commit_batch(self, timeout: float | None = None) -> None:
+        assert self._consumer is not None and self._producer is not None
+        if not self.states:
             return
-        state.add_half(record)
-
-    def _route_op(self, msg: Message, state: PartitionState) -> None:
-        offset = msg.offset() or 0
+        batches = {p: self._take(p, state) for p, state in self.states.items()}
+        todo = {
+            p: b
+            for p, b in batches.items()
+            if b.actions or (b.half_offset, b.op_offset, b.metadata) != self._committed.get(p)
+        }
+        if not todo:
+            return
+        timeout = timeout or self.settings.transaction_timeout_s
+        started = time.monotonic()
+        self._failures = []
         try:
-            op = decode_op(msg.key(), msg.value(), partition=state.partition, offset=offset)
-        except ProtocolError as err:
-            self._dead_letter(msg, err)
-            op = None
-        state.add_op(offset, op)
+            self._producer.begin_transaction()
+            for p, batch in todo.items():
+                for action in batch.actions:
+                    self._emit(p, action)
+            offsets = [
+                tp
+                for p, b in todo.items()
+                for tp in (
+                    TopicPartition(self.names.half, p, b.half_offset),
+                    TopicPartition(self.names.op, p, b.op_offset, metadata=b.metadata),
+                )
+            ]
+            self._producer.send_offsets_to_transaction(
+                offsets, self._consumer.consumer_group_metadata(), timeout
+            )
+            self._commit(timeout)
+        except KafkaException as err:
+            self._failed(err.args[0], timeout)
+            return
+        self.metrics.commit_seconds.observe(time.monotonic() - started)
+        for p, b in todo.items():
+            self._committed[p] = (b.half_offset, b.op_offset, b.metadata)
+        self._ready = (True, "committing")
 
-    def _act(self) -> int:
-        produced = 0
-        for state in self.states.values():
-            for action in state.ready():
-                if isinstance(action, Promote):
-                    for record in action.records:
-                        self._produce(promoted(record))
-                    produced += len(action.records)
-                elif isinstance(action, Missing):
-                    self._missing(action)
-        return produced
+    def _commit(self, timeout: float) -> None:
+        assert self._producer is not None
+        for attempt in range(3):
+            try:
+                self._producer.commit_transaction(timeout)
+                return
+            except KafkaException as err:
+                error = err.args[0]
+                if not error.retriable() or attempt == 2:
+                    raise
+                log.warning("commit_transaction: %s; retrying", error)
 
-    def _missing(self, action: Missing) -> None:
-        op = action.op
-        reason = (
-            f"COMMIT op at offset {op.offset} names half offsets {list(action.missing_offsets)} "
-            f"of partition {op.half_partition} that were not found (retention?)"
-        )
-        log.error("transaction %s cannot be promoted: %s", op.txn_id, reason)
-        key, value = encode_op(op)
-        self._send_dead_letter(reason, self.names.op, op.partition, op.offset, key, value, None)
+    def _failed(self, error: KafkaError, timeout: float) -> None:
+        """A batch failed: abort it and start again from the committed progress."""
+        assert self._producer is not None
+        self.aborts += 1
+        self._ready = (False, f"last Kafka transaction failed: {error.str()}")
+        now = time.monotonic()
+        for txn_id, why in self._failures:
+            if txn_id is not None:
+                self._refused[txn_id] = now
+                log.error(
+                    "transaction %s: its real topic refused a write (%s); parked", txn_id, why
+                )
+        if error.fatal() or not error.txn_requires_abort():
+            raise _Restart(f"Kafka transaction failed: {error.str()}")
+        log.warning("Kafka transaction aborted (%s); redoing from the committed offsets", error)
+        try:
+            self._producer.abort_transaction(timeout)
+        except KafkaException as err:
+            raise _Restart(f"abort_transaction failed: {err}") from err
+        self._rewind()
+
+    def _take(self, partition: int, state: PartitionState) -> Batch:
+        while True:
+            result = state.take(
+                int(time.time() * 1000),
+                put_back_after_ms=int(self.settings.put_back_after_s * 1000),
+                log_end=self._log_end(partition),
+                verified_end=self._verified_end(partition, state),
+                promotable=self._promotable,
+            )
+            if isinstance(result, Batch):
+                return result
+            assert isinstance(result, Need)
+            state.supply(
+                result.txn_id, self._fetcher.fetch(partition, result.offsets, result.txn_id)
+            )
+
+    def _promotable(self, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
+        why = self._why_not(op, records)
+        if why is None:
+            self._parked_logged.discard(op.txn_id)
+        elif op.txn_id not in self._parked_logged:
+            if len(self._parked_logged) > 100_000:
+                self._parked_logged.clear()
+            self._parked_logged.add(op.txn_id)
+            log.warning("transaction %s parked: %s", op.txn_id, why)
+        return why
+
+    def _why_not(self, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
+        for topic in sorted({r.message.topic for r in records}):
+            if not self._topics.exists(topic):
+                return f"topic {topic} does not exist (set auto_create_topics to create it)"
+        refused = self._refused.get(op.txn_id)
+        if refused is not None:
+            if time.monotonic() - refused < self.settings.park_retry_s:
+                return "its real topic refused a write; retried later"
+            del self._refused[op.txn_id]
+        return None
+
+    def _log_end(self, partition: int) -> int:
+        """The half partition's end as known here: the consumer's last fetch, or past the last
+        copy this relay put back, whichever is further."""
+        assert self._consumer is not None
+        try:
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.names.half, partition), cached=True
+            )
+        except KafkaException:
+            high = 0
+        return max(int(high), self._copies_end.get(partition, 0))
+
+    def _verified_end(self, partition: int, state: PartitionState) -> int | None:
+        """The half partition's end from the broker, once an op has waited for a while."""
+        assert self._consumer is not None
+        op = state.waiting_op()
+        if op is None:
+            self._waiting_since.pop(partition, None)
+            return None
+        since = self._waiting_since.setdefault(partition, time.monotonic())
+        if time.monotonic() - since < VERIFY_AFTER_S:
+            return None
+        self._waiting_since[partition] = time.monotonic()
+        try:
+            _, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.names.half, partition), timeout=5, cached=False
+            )
+        except KafkaException:
+            return None
+        return int(high)
 
     # -- output ----------------------------------------------------------------------------
 
-    def _produce(self, out: Outgoing) -> None:
-        assert self._producer is not None
-        kwargs: dict[str, Any] = {"key": out.key, "value": out.value, "headers": out.headers}
-        if out.partition is not None:
-            kwargs["partition"] = out.partition
-        while True:
-            try:
-                self._producer.produce(out.topic, on_delivery=self._delivered, **kwargs)
-                break
-            except BufferError:
-                self._producer.poll(0.1)  # local queue full: let deliveries drain
-            except Exception as err:
-                self._failures.append(f"{out.topic}: {err}")
-                break
-        self._producer.poll(0)
+    def _emit(self, partition: int, action: Action) -> None:
+        if isinstance(action, Promote):
+            for record in action.records:
+                self._produce(promoted(record), action.op.txn_id)
+        elif isinstance(action, PutBack):
+            for record in action.records:
+                self._produce(
+                    Outgoing(
+                        self.names.half,
+                        record.txn_id.encode(),
+                        record.message.value,
+                        list(copy_headers(record)),
+                        partition=partition,
+                    ),
+                    None,
+                )
+        elif isinstance(action, Reject):
+            self._reject(action)
+        elif isinstance(action, BadRecord):
+            self._dead_letter(
+                action.reason,
+                action.topic,
+                action.partition,
+                action.offset,
+                action.key,
+                action.value,
+                list(action.headers),
+            )
+        else:
+            assert isinstance(action, Drop)
 
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._failures.append(f"{msg.topic()}: {err.str()}")
+    def _reject(self, action: Reject) -> None:
+        op = action.op
+        reason = f"{op.state.value} op at offset {op.offset} for {op.txn_id}: {action.reason}"
+        log.error("dead-lettering: %s", reason)
+        key, value = encode_op(op)
+        self._dead_letter(reason, self.names.op, op.partition, op.offset, key, value, None)
 
-    def _dead_letter(self, msg: Message, err: Exception) -> None:
-        log.error("dead-lettering %s[%s]@%s: %s", msg.topic(), msg.partition(), msg.offset(), err)
-        self._send_dead_letter(
-            str(err),
-            msg.topic() or "",
-            msg.partition() or 0,
-            msg.offset() or 0,
-            msg.key(),
-            msg.value(),
-            msg.headers(),
-        )
-
-    def _send_dead_letter(
+    def _dead_letter(
         self,
         reason: str,
         topic: str,
@@ -233,7 +451,7 @@ class Relay:
         offset: int,
         key: bytes | None,
         value: bytes | None,
-        headers: Any,
+        headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
         self.dead_lettered += 1
         self._produce(
@@ -246,69 +464,161 @@ class Relay:
                 key=key,
                 value=value,
                 headers=headers,
-            )
+            ),
+            None,
         )
 
-    # -- progress --------------------------------------------------------------------------
+    def _produce(self, out: Outgoing, txn_id: str | None) -> None:
+        assert self._producer is not None
+        kwargs: dict[str, Any] = {"key": out.key, "value": out.value, "headers": out.headers}
+        if out.partition is not None:
+            kwargs["partition"] = out.partition
 
-    def _commit(self, partitions: list[int] | None = None) -> None:
-        """Commit safe offsets once everything produced so far is acknowledged."""
-        assert self._consumer is not None and self._producer is not None
-        left = self._producer.flush(self.settings.shutdown_grace_s)
-        if self._failures or left:
-            raise _Rewind(self._failures[0] if self._failures else f"{left} records unacknowledged")
-        offsets = []
-        for p in partitions if partitions is not None else list(self.states):
-            safe = self.states[p].safe_offsets()
-            if self._committed.get(p) != safe:
-                offsets += [
-                    TopicPartition(self.names.half, p, safe[0]),
-                    TopicPartition(self.names.op, p, safe[1]),
-                ]
-                self._committed[p] = safe
-        if offsets:
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                self._failures.append((txn_id, f"{msg.topic()}: {err.str()}"))
+            elif msg.topic() == self.names.half and msg.partition() is not None:
+                p, end = int(msg.partition() or 0), int(msg.offset() or 0) + 1
+                self._copies_end[p] = max(self._copies_end.get(p, 0), end)
+
+        while True:
+            try:
+                self._producer.produce(out.topic, on_delivery=delivered, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # local queue full: let deliveries drain
+
+    # -- partitions ------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        numbers = sorted({tp.partition for tp in partitions if tp.topic == self.names.op})
-        wanted = [
-            TopicPartition(topic, p) for p in numbers for topic in (self.names.half, self.names.op)
-        ]
-        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(wanted, 30)}
+        half = {tp.partition for tp in partitions if tp.topic == self.names.half}
+        op = {tp.partition for tp in partitions if tp.topic == self.names.op}
+        if half != op:
+            log.error(
+                "half partitions %s and op partitions %s differ: the topics need equal "
+                "partition counts; only the common ones are handled",
+                sorted(half),
+                sorted(op),
+            )
+        numbers = sorted(half & op)
+        progress = self._progress(consumer, numbers)
         for p in numbers:
-            half = committed.get((self.names.half, p), -1)
-            op = committed.get((self.names.op, p), -1)
-            self.states[p] = rebuild(self._base_config(), self.names.op, p, half, op)
-            self._committed[p] = (self.states[p].half_position, self.states[p].op_done)
-        log.info("assigned partitions %s", numbers)
+            self.states[p] = self._rebuilt(p, progress[p])
+        for tp in partitions:
+            if tp.partition in progress:
+                at = progress[tp.partition]
+                tp.offset = at.half_offset if tp.topic == self.names.half else at.op_offset
+        consumer.assign(partitions)
+        log.info("assigned partitions %s (instance %s)", numbers, self.settings.instance_id)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = sorted({tp.partition for tp in partitions if tp.partition in self.states})
-        try:
-            self._commit(numbers)
-        except _Rewind as err:
-            log.warning("revoked partitions %s without commit: %s", numbers, err)
-            self._failures.append(str(err))
         for p in numbers:
-            self.states.pop(p, None)
+            self._retire(self.states.pop(p))
             self._committed.pop(p, None)
-        log.info("revoked partitions %s", numbers)
+            self._waiting_since.pop(p, None)
+            self._paused.discard(p)
+        log.info("revoked partitions %s (instance %s)", numbers, self.settings.instance_id)
 
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self.states.pop(tp.partition, None)
-            self._committed.pop(tp.partition, None)
+    def _progress(self, consumer: Consumer, numbers: Iterable[int]) -> dict[int, Progress]:
+        wanted = [
+            TopicPartition(topic, p) for p in numbers for topic in (self.names.half, self.names.op)
+        ]
+        committed = {(tp.topic, tp.partition): tp for tp in consumer.committed(wanted, 30)}
+        progress = {}
+        for p in numbers:
+            half = committed[(self.names.half, p)]
+            op = committed[(self.names.op, p)]
+            at = Progress.parse(max(half.offset, 0), max(op.offset, 0), op.metadata)
+            progress[p] = at
+            self._committed[p] = (at.half_offset, at.op_offset, op.metadata or "")
+        return progress
+
+    def _rebuilt(self, partition: int, progress: Progress) -> PartitionState:
+        assert self._consumer is not None
+        _, end = self._consumer.get_watermark_offsets(
+            TopicPartition(self.names.half, partition), timeout=10, cached=False
+        )
+        return rebuild(
+            self._history,
+            partition,
+            progress,
+            log_end=int(end),
+            window_start_ms=int((time.time() - self.settings.dedup_window_s) * 1000),
+            max_held_records=self.settings.max_held_records,
+            decided_memory=self.settings.decided_memory,
+        )
+
+    def _rewind(self) -> None:
+        """Throw the in-memory state away; read again from the committed progress."""
+        assert self._consumer is not None
+        numbers = sorted(self.states)
+        for state in self.states.values():
+            self._retire(state)
+        progress = self._progress(self._consumer, numbers)
+        self.states = {p: self._rebuilt(p, progress[p]) for p in numbers}
+        try:
+            for p in numbers:
+                at = progress[p]
+                for tp in (
+                    TopicPartition(self.names.half, p, at.half_offset),
+                    TopicPartition(self.names.op, p, at.op_offset),
+                ):
+                    self._consumer.seek(tp)
+            if self._paused:
+                self._consumer.resume([TopicPartition(self.names.op, p) for p in self._paused])
+                self._paused.clear()
+        except KafkaException as err:
+            raise _Restart(f"cannot rewind to the committed offsets: {err}") from err
+
+    # -- views -----------------------------------------------------------------------------
+
+    def _retire(self, state: PartitionState) -> None:
+        """Keep the counters of a partition this instance lets go of (they are totals)."""
+        for key, value in vars(state.counters).items():
+            self._retired[key] = self._retired.get(key, 0) + value
+        state.counters = type(state.counters)()
+
+    def totals(self) -> dict[str, int]:
+        """Counters over this instance's life (partitions held now and before)."""
+        totals = dict(self._retired)
+        for state in list(self.states.values()):
+            for key, value in vars(state.counters).items():
+                totals[key] = totals.get(key, 0) + value
+        return totals
+
+    def lag(self) -> dict[tuple[str, int], int]:
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        lag = {}
+        for p, (half, op, _) in list(self._committed.items()):
+            for topic, committed in ((self.names.half, half), (self.names.op, op)):
+                try:
+                    _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
+                except KafkaException:
+                    continue
+                lag[(topic, p)] = max(int(high) - committed, 0)
+        return lag
 
     def stats(self) -> dict[str, int]:
-        """Counters over the partitions this instance holds now, plus its own totals."""
-        totals = {"promoted": 0, "dropped": 0, "missing": 0, "duplicates": 0, "conflicts": 0}
-        for state in self.states.values():
-            for name in totals:
-                totals[name] += getattr(state.counters, name)
-        pending = sum(s.pending for s in self.states.values())
+        """Totals plus what is held now."""
+        states = list(self.states.values())
         return {
-            **totals,
-            "pending": pending,
+            **self.totals(),
+            "pending": sum(s.pending_records for s in states),
+            "held": sum(s.held for s in states),
+            "parked": sum(len(s.parked) for s in states),
             "dead_lettered": self.dead_lettered,
-            "rewinds": self.rewinds,
+            "aborts": self.aborts,
+            "sessions": self.sessions,
         }
+
+    def assignment(self) -> list[int]:
+        return sorted(self.states)
+
+
+def _bad(msg: Message, partition: int, offset: int, reason: str) -> BadRecord:
+    pairs: list[tuple[str, Any]] = list(msg.headers() or [])  # type: ignore[arg-type]
+    headers = tuple((n, v if isinstance(v, bytes) else (v or "").encode()) for n, v in pairs)
+    return BadRecord(msg.topic() or "", partition, offset, msg.key(), msg.value(), headers, reason)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,23 +23,72 @@ class RelaySettings:
             ``OUTBOX_RELAY_BOOTSTRAP_SERVERS``, else ``OUTBOX_BOOTSTRAP_SERVERS``.
         topic_prefix: prefix of the internal topics. Defaults to ``__outbox``.
         group_id: consumer group the relay instances share. Defaults to ``outbox-relay``.
-        batch_max_records: records promoted before progress is committed. Defaults to 1000.
-        commit_interval_s: longest time between progress commits. Defaults to 0.2 s.
-        poll_timeout_s: how long one poll waits for records. Defaults to 0.1 s.
-        retry_backoff_s: pause before re-reading from the committed offsets after a failed
-            delivery. Defaults to 1 s.
-        shutdown_grace_s: how long close() may take. Defaults to 10 s.
-        kafka: extra librdkafka settings for the relay's consumer and producer.
+        instance_id: this instance's stable name; the Kafka ``transactional.id`` is
+            ``{group_id}-{instance_id}``, so a restarted instance fences its own unfinished
+            Kafka transaction at once. Use the pod name of a StatefulSet, or leave the default
+            (the host name) with one instance per host.
+        batch_max_records: records read before a Kafka transaction is committed. Defaults to
+            5000.
+        commit_interval_s: longest time between two Kafka transactions; the floor of the
+            promotion latency. Defaults to 0.1 s.
+        poll_timeout_s: how long one poll waits for records. Defaults to 0.05 s.
+        transaction_timeout_s: Kafka's ``transaction.timeout.ms``: how long a crashed
+            instance's open Kafka transaction can hold back read_committed readers. Defaults to
+            10 s.
+        put_back_after_s: a transaction undecided for this long (broker time) is re-appended to
+            the half topic, so the committed offsets move on (RocketMQ's put-back). Defaults to
+            300 s.
+        max_held_records: half records whose values are held in memory per partition; beyond
+            it the oldest values are dropped and read back by offset when needed. Defaults to
+            10,000.
+        max_queued_ops: op records read ahead per partition while the first waits; reading the
+            op partition pauses beyond it. Defaults to 20,000.
+        decided_memory: decided transactions remembered per partition, to recognise repeated
+            ops and re-read half records. Defaults to 200,000.
+        dedup_window_s: on (re)assignment, decisions of this trailing window are re-learnt
+            from the op topic, so a late repeated op is still recognised. Defaults to 900 s.
+        park_retry_s: a transaction whose real topic refused a write is retried after this.
+            Defaults to 30 s.
+        auto_create_topics: create a missing real topic instead of parking its transactions.
+            Defaults to off.
+        auto_create_partitions: partitions of an auto-created topic; -1 is the broker's
+            default. Defaults to -1.
+        topic_refresh_s: how often the list of existing topics is refreshed. Defaults to 30 s.
+        http_port: serve ``/healthz``, ``/readyz`` and ``/metrics`` on this port; 0 turns it
+            off. Defaults to 0.
+        http_host: address the HTTP endpoint binds. Defaults to ``0.0.0.0``.
+        liveness_timeout_s: ``/healthz`` fails when the loop has not turned for this long.
+            Defaults to 60 s.
+        retry_backoff_s: pause before starting over after a Kafka failure. Defaults to 1 s.
+        shutdown_grace_s: how long SIGTERM may take to finish the open Kafka transaction.
+            Defaults to 10 s.
+        log_format: ``text`` or ``json`` (one JSON object per line). Defaults to ``text``.
+        kafka: extra librdkafka settings for the relay's consumers and producer.
     """
 
     bootstrap_servers: str
     topic_prefix: str = DEFAULT_PREFIX
     group_id: str = "outbox-relay"
-    batch_max_records: int = 1000
-    commit_interval_s: float = 0.2
-    poll_timeout_s: float = 0.1
+    instance_id: str = field(default_factory=socket.gethostname)
+    batch_max_records: int = 5000
+    commit_interval_s: float = 0.1
+    poll_timeout_s: float = 0.05
+    transaction_timeout_s: float = 10.0
+    put_back_after_s: float = 300.0
+    max_held_records: int = 10_000
+    max_queued_ops: int = 20_000
+    decided_memory: int = 200_000
+    dedup_window_s: float = 900.0
+    park_retry_s: float = 30.0
+    auto_create_topics: bool = False
+    auto_create_partitions: int = -1
+    topic_refresh_s: float = 30.0
+    http_port: int = 0
+    http_host: str = "0.0.0.0"
+    liveness_timeout_s: float = 60.0
     retry_backoff_s: float = 1.0
     shutdown_grace_s: float = 10.0
+    log_format: str = "text"
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -46,17 +96,39 @@ class RelaySettings:
             raise ConfigurationError(
                 "bootstrap_servers is empty; set OUTBOX_RELAY_BOOTSTRAP_SERVERS"
             )
-        if self.batch_max_records < 1:
-            raise ConfigurationError(
-                f"batch_max_records={self.batch_max_records!r} must be at least 1"
-            )
-        for name in ("commit_interval_s", "poll_timeout_s", "shutdown_grace_s"):
+        if not self.instance_id:
+            raise ConfigurationError("instance_id is empty; set OUTBOX_RELAY_INSTANCE_ID")
+        for name in (
+            "batch_max_records",
+            "max_held_records",
+            "max_queued_ops",
+            "decided_memory",
+        ):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
+        for name in (
+            "commit_interval_s",
+            "poll_timeout_s",
+            "transaction_timeout_s",
+            "put_back_after_s",
+            "shutdown_grace_s",
+            "topic_refresh_s",
+            "liveness_timeout_s",
+        ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+        if not 0 <= self.http_port <= 65535:
+            raise ConfigurationError(f"http_port={self.http_port!r} must be 0-65535")
+        if self.log_format not in ("text", "json"):
+            raise ConfigurationError(f"log_format={self.log_format!r} must be 'text' or 'json'")
 
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.group_id}-{self.instance_id}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> RelaySettings:

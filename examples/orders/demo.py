@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from sqlalchemy.orm import sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -202,6 +203,16 @@ def main() -> int:
         kafka.stop()
 
 
+def create_real_topic(bootstrap: str, topic: str, *, partitions: int) -> None:
+    """The topic the service's events go to: the relay never creates topics by accident."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(30)
+    except KafkaException as err:
+        if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
 def run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
     db_url = f"sqlite:///{workdir / 'orders.db'}"
     migrations.upgrade(db_url)
@@ -211,6 +222,7 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
         bootstrap_servers=bootstrap, producer_group="orders-service", partitions=3
     )
     ensure_topics(settings)
+    create_real_topic(bootstrap, ORDERS_TOPIC, partitions=3)
     producer = OutboxProducer(settings)
     outbox.configure(producer=producer, session_factory=sessionmaker(engine))
     producer.serve_checks(engine=engine, secret=DEMO_SECRET)

@@ -68,7 +68,10 @@ def services(kafka_bootstrap: str, outbox_settings: OutboxSettings) -> Iterator[
         Background(
             Relay(
                 RelaySettings(
-                    bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=unique("relay")
+                    bootstrap_servers=kafka_bootstrap,
+                    topic_prefix=prefix,
+                    group_id=unique("relay"),
+                    auto_create_topics=True,
                 )
             )
         ),

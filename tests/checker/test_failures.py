@@ -82,7 +82,10 @@ def test_producer_killed_around_its_commit_is_resolved_by_the_checker(
         Background(
             Relay(
                 RelaySettings(
-                    bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=unique("relay")
+                    bootstrap_servers=kafka_bootstrap,
+                    topic_prefix=prefix,
+                    group_id=unique("relay"),
+                    auto_create_topics=True,
                 )
             )
         ),

@@ -38,6 +38,7 @@ def test_multi_message_transactions_are_delivered_all_or_nothing(
             bootstrap_servers=kafka_bootstrap,
             topic_prefix=outbox_settings.topic_prefix,
             group_id=unique("relay"),
+            auto_create_topics=True,
         )
     )
     thread = threading.Thread(target=relay.run, daemon=True)

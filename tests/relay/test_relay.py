@@ -9,7 +9,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from outbox import OutboxSettings, ensure_topics
 from outbox.protocol import (
@@ -25,7 +25,7 @@ from outbox.protocol import (
 )
 from outbox.protocol.dead_letter import DeadLetterHeader
 from relay import Relay, RelaySettings
-from tests.kafka_helpers import unique, watermarks
+from tests.kafka_helpers import create_topic, unique, watermarks
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 3
@@ -44,6 +44,7 @@ class Stream:
         self.rolled_back: set[str] = set()
         self.commit_order: dict[bytes, list[str]] = defaultdict(list)
         self.real_topic = unique("relayed")  # tests share the broker, not their real topic
+        create_topic(bootstrap, self.real_topic, partitions=3)
 
     def write(self, batch: list[tuple[bytes, int, OpState]]) -> None:
         """Each item: (key, message count, decision). Halves first, then ops, like producers."""
@@ -92,12 +93,18 @@ class Stream:
 
 
 def read_topic(bootstrap: str, topic: str) -> list:
+    """Every record of ``topic`` a read_committed consumer sees now, partition by partition.
+
+    Reads to the partition's end (EOF), not to ``high - 1``: on a transactionally written topic
+    the last offsets are commit markers, which no consumer ever receives.
+    """
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": unique("check"),
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
+            "enable.partition.eof": True,
         }
     )
     records = []
@@ -108,11 +115,12 @@ def read_topic(bootstrap: str, topic: str) -> list:
             if high > low:
                 consumer.assign([TopicPartition(topic, p, low)])
                 while True:
-                    msg = consumer.poll(5)
-                    assert msg is not None and msg.error() is None
-                    records.append(msg)
-                    if msg.offset() >= high - 1:
+                    msg = consumer.poll(10)
+                    assert msg is not None, f"{topic}[{p}] not readable to its end"
+                    if msg.error() is not None:
+                        assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
                         break
+                    records.append(msg)
     finally:
         consumer.close()
     return records

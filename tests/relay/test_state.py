@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from outbox.protocol import DecidedBy, HalfMessage, HalfRecord, OpRecord, OpState
-from relay.state import Drop, Missing, PartitionState, Promote
+from relay.rebuild import apply_history
+from relay.state import (
+    BadRecord,
+    Batch,
+    Drop,
+    Need,
+    PartitionState,
+    Progress,
+    Promotable,
+    Promote,
+    PutBack,
+    Reject,
+)
 
 TXN = ["01a203d8-301f-7701-b6f4-46800000000" + str(i) for i in range(10)]
+HOUR_MS = 3_600_000
 
 
-def half(txn: int, offset: int, index: int = 0) -> HalfRecord:
+def half(
+    txn: int, offset: int, index: int = 0, *, ts: int = 0, origin: int | None = None
+) -> HalfRecord:
     return HalfRecord(
         txn_id=TXN[txn],
         producer_group="g",
@@ -17,12 +34,14 @@ def half(txn: int, offset: int, index: int = 0) -> HalfRecord:
         count=None,
         created_at_ms=0,
         check_count=0,
+        origin_offset=origin,
         partition=0,
         offset=offset,
+        timestamp_ms=ts,
     )
 
 
-def op(txn: int, state: OpState, offsets: tuple[int, ...]) -> OpRecord:
+def op(txn: int, state: OpState, offsets: tuple[int, ...], at: int = -1) -> OpRecord:
     return OpRecord(
         txn_id=TXN[txn],
         state=state,
@@ -31,49 +50,75 @@ def op(txn: int, state: OpState, offsets: tuple[int, ...]) -> OpRecord:
         half_offsets=offsets,
         decided_by=DecidedBy.PRODUCER,
         decided_at_ms=0,
+        offset=at,
     )
+
+
+def take(
+    state: PartitionState,
+    *,
+    now: int = 0,
+    fetch: Callable[[tuple[int, ...]], list[HalfRecord] | None] | None = None,
+    promotable: Promotable | None = None,
+    put_back_after: int = HOUR_MS,
+    verified_end: int | None = None,
+) -> Batch:
+    """``take`` until it hands out a batch, answering each Need with ``fetch``."""
+    while True:
+        kwargs = {"promotable": promotable} if promotable else {}
+        result = state.take(
+            now, put_back_after_ms=put_back_after, verified_end=verified_end, **kwargs
+        )
+        if isinstance(result, Batch):
+            return result
+        assert fetch is not None, f"unexpected {result}"
+        state.supply(result.txn_id, fetch(result.offsets))
+
+
+def kinds(batch: Batch) -> list[type]:
+    return [type(a) for a in batch.actions]
 
 
 def test_commit_promotes_the_messages_in_index_order() -> None:
     state = PartitionState(0)
     state.add_half(half(0, 0, index=0))
     state.add_half(half(0, 1, index=1))
-    state.add_op(0, op(0, OpState.COMMIT, (0, 1)))
-    [action] = state.ready()
+    state.add_op(0, op(0, OpState.COMMIT, (0, 1), at=0))
+    batch = take(state)
+    [action] = batch.actions
     assert isinstance(action, Promote)
     assert [r.index for r in action.records] == [0, 1]
-    assert state.safe_offsets() == (2, 1)
+    assert (batch.half_offset, batch.op_offset) == (2, 1)
 
 
 def test_rollback_and_given_up_drop_the_messages() -> None:
     state = PartitionState(0)
     state.add_half(half(0, 0))
     state.add_half(half(1, 1))
-    state.add_op(0, op(0, OpState.ROLLBACK, (0,)))
-    state.add_op(1, op(1, OpState.GIVEN_UP, (1,)))
-    actions = state.ready()
-    assert [type(a) for a in actions] == [Drop, Drop]
-    assert state.pending == 0 and state.counters.dropped == 2
+    state.add_op(0, op(0, OpState.ROLLBACK, (0,), at=0))
+    state.add_op(1, op(1, OpState.GIVEN_UP, (1,), at=1))
+    assert kinds(take(state)) == [Drop, Drop]
+    assert state.pending_records == 0 and state.counters.dropped == 2 and state.held == 0
 
 
 def test_an_op_read_before_its_halves_waits_and_later_promotes() -> None:
     state = PartitionState(0)
-    state.add_op(0, op(0, OpState.COMMIT, (0,)))
-    assert state.ready() == []
-    assert state.safe_offsets() == (0, 0)
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    batch = take(state)
+    assert batch.actions == [] and (batch.half_offset, batch.op_offset) == (0, 0)
     state.add_half(half(0, 0))
-    assert [type(a) for a in state.ready()] == [Promote]
+    assert kinds(take(state)) == [Promote]
 
 
 def test_commits_on_one_partition_are_promoted_in_op_order_not_half_order() -> None:
     state = PartitionState(0)
     # txn 1's half comes first on the half partition, but txn 0 committed first
     state.add_half(half(1, 0))
-    state.add_op(0, op(0, OpState.COMMIT, (1,)))
-    state.add_op(1, op(1, OpState.COMMIT, (0,)))
-    assert state.ready() == []  # txn 0 waits for its half; txn 1 must not overtake it
+    state.add_op(0, op(0, OpState.COMMIT, (1,), at=0))
+    state.add_op(1, op(1, OpState.COMMIT, (0,), at=1))
+    assert take(state).actions == []  # txn 0 waits for its half; txn 1 must not overtake it
     state.add_half(half(0, 1))
-    assert [a.op.txn_id for a in state.ready()] == [TXN[0], TXN[1]]
+    assert [a.op.txn_id for a in take(state).actions] == [TXN[0], TXN[1]]  # type: ignore[union-attr]
 
 
 def test_committed_half_offset_never_passes_an_undecided_half() -> None:
@@ -81,50 +126,170 @@ def test_committed_half_offset_never_passes_an_undecided_half() -> None:
     state.add_half(half(0, 0))  # undecided
     for i in range(1, 5):
         state.add_half(half(i, i))
-        state.add_op(i - 1, op(i, OpState.COMMIT, (i,)))
-    assert len(state.ready()) == 4
-    assert state.safe_offsets() == (0, 4)
-    state.add_op(4, op(0, OpState.ROLLBACK, (0,)))
-    state.ready()
-    assert state.safe_offsets() == (5, 5)
+        state.add_op(i - 1, op(i, OpState.COMMIT, (i,), at=i - 1))
+    batch = take(state)
+    assert len(batch.actions) == 4
+    assert (batch.half_offset, batch.op_offset) == (0, 4)
+    # the rebuild must re-learn decisions from where the pending one was read
+    assert Progress.parse(0, 4, batch.metadata).rebuild_from == 0
+    state.add_op(4, op(0, OpState.ROLLBACK, (0,), at=4))
+    batch = take(state)
+    assert (batch.half_offset, batch.op_offset) == (5, 5)
+    assert Progress.parse(5, 5, batch.metadata).rebuild_from == 5
 
 
 def test_halves_of_transactions_decided_before_a_restart_are_not_pending() -> None:
-    state = PartitionState(0, half_position=0, op_done=3)
-    state.remember(TXN[0], OpState.COMMIT)
+    state = PartitionState(0, half_position=0, op_position=3)
+    apply_history(state, [op(0, OpState.COMMIT, (0,), at=0)], parked=())
     state.add_half(half(0, 0))
     state.add_half(half(1, 1))
-    assert state.pending == 1
-    assert state.safe_offsets() == (1, 3)
+    assert state.pending_records == 1
+    batch = take(state)
+    assert (batch.half_offset, batch.op_offset) == (1, 3)
 
 
 def test_repeated_and_conflicting_ops_are_counted_and_ignored() -> None:
     state = PartitionState(0)
     state.add_half(half(0, 0))
-    state.add_op(0, op(0, OpState.COMMIT, (0,)))
-    state.add_op(1, op(0, OpState.COMMIT, (0,)))
-    state.add_op(2, op(0, OpState.ROLLBACK, (0,)))
-    actions = state.ready()
-    assert [type(a) for a in actions] == [Promote]
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1))
+    state.add_op(2, op(0, OpState.ROLLBACK, (0,), at=2))
+    batch = take(state)
+    assert kinds(batch) == [Promote]
     assert (state.counters.duplicates, state.counters.conflicts) == (1, 1)
-    assert state.safe_offsets() == (1, 3)
+    assert (batch.half_offset, batch.op_offset) == (1, 3)
 
 
-def test_a_commit_whose_halves_were_read_past_is_reported_missing_instead_of_blocking() -> None:
+def test_a_commit_whose_halves_are_not_in_memory_is_fetched_by_offset() -> None:
+    # Given a restarted relay: the halves lie before the committed half offset
+    state = PartitionState(0, half_position=5, op_position=0)
+    state.add_op(0, op(0, OpState.COMMIT, (1, 2), at=0))
+    asked: list[tuple[int, ...]] = []
+
+    def fetch(offsets: tuple[int, ...]) -> list[HalfRecord]:
+        asked.append(offsets)
+        return [half(0, 1, index=0), half(0, 2, index=1)]
+
+    batch = take(state, fetch=fetch, verified_end=10)
+    assert asked == [(1, 2)]
+    assert kinds(batch) == [Promote]
+
+
+def test_a_commit_whose_halves_are_gone_is_rejected_and_the_relay_goes_on() -> None:
     state = PartitionState(0)
-    state.skip_half(0)  # e.g. an undecodable record at offset 0
+    state.add_bad(  # e.g. an undecodable record at offset 0
+        BadRecord("__outbox-half", 0, 0, None, b"junk", (), "bad"), half=True
+    )
     state.add_half(half(1, 1))
-    state.add_op(0, op(0, OpState.COMMIT, (0,)))
-    state.add_op(1, op(1, OpState.COMMIT, (1,)))
-    actions = state.ready()
-    assert [type(a) for a in actions] == [Missing, Promote]
-    assert isinstance(actions[0], Missing) and actions[0].missing_offsets == (0,)
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    state.add_op(1, op(1, OpState.COMMIT, (1,), at=1))
+    batch = take(state, fetch=lambda offsets: None)
+    assert kinds(batch) == [BadRecord, Reject, Promote]
+
+
+def test_an_op_naming_offsets_past_the_end_of_the_partition_is_rejected() -> None:
+    state = PartitionState(0)
+    state.add_op(0, op(0, OpState.COMMIT, (7,), at=0))
+    assert take(state).actions == []  # waits: the halves may still be coming
+    batch = take(state, verified_end=3)  # the broker says the partition ends at 3
+    [reject] = batch.actions
+    assert isinstance(reject, Reject) and "past the end" in reject.reason
+    assert batch.op_offset == 1
 
 
 def test_undecodable_ops_advance_the_op_offset_in_order() -> None:
     state = PartitionState(0)
     state.add_op(0, None)
-    state.add_op(1, op(0, OpState.COMMIT, (0,)))
+    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1))
     state.add_op(2, None)
-    assert state.ready() == []
-    assert state.safe_offsets() == (0, 1)
+    batch = take(state)
+    assert batch.actions == [] and (batch.half_offset, batch.op_offset) == (0, 1)
+
+
+def test_a_long_pending_transaction_is_put_back_and_promoted_from_its_copy() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0, ts=1_000))
+    state.add_half(half(1, 1, ts=1_000))
+    state.add_op(0, op(1, OpState.COMMIT, (1,), at=0))
+    # When txn 0 stays undecided past the put-back threshold
+    batch = take(state, now=1_000 + HOUR_MS)
+    assert kinds(batch) == [Promote, PutBack]
+    put_back = batch.actions[1]
+    assert isinstance(put_back, PutBack) and put_back.records[0].offset == 0
+    # Then the committed half offset moves past it, and its op waits for the copy
+    assert batch.half_offset == 2
+    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1))
+    assert take(state, now=1_000 + HOUR_MS).actions == []
+    state.add_half(half(0, 2, ts=1_000 + HOUR_MS, origin=0))  # the copy, read back
+    [promote] = take(state, now=1_000 + HOUR_MS).actions
+    assert isinstance(promote, Promote) and promote.records[0].offset == 2
+
+
+def test_values_over_the_memory_cap_are_dropped_and_fetched_when_committed() -> None:
+    state = PartitionState(0, max_held_records=2)
+    for i in range(4):
+        state.add_half(half(i, i))
+    assert state.held == 2 and state.pending_records == 4 and state.counters.evicted == 2
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))  # txn 0's value was dropped
+    batch = take(state, fetch=lambda offsets: [half(0, 0)])
+    [promote] = batch.actions
+    assert isinstance(promote, Promote) and promote.records[0].message.value == b"0/0"
+
+
+def test_a_commit_for_a_missing_topic_is_parked_without_blocking_later_ones() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0))
+    state.add_half(half(1, 1))
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    state.add_op(1, op(1, OpState.COMMIT, (1,), at=1))
+
+    def only_txn_1(o: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
+        return None if o.txn_id == TXN[1] else "topic orders does not exist"
+
+    batch = take(state, promotable=only_txn_1)
+    assert [a.op.txn_id for a in batch.actions] == [TXN[1]]  # type: ignore[union-attr]
+    assert batch.op_offset == 2 and batch.half_offset == 0  # its halves stay pending
+    progress = Progress.parse(batch.half_offset, batch.op_offset, batch.metadata)
+    assert progress.parked == (TXN[0],) and progress.rebuild_from == 0
+    # After a restart it is parked again, not taken as decided
+    rebuilt = PartitionState(0, half_position=0, op_position=2)
+    apply_history(rebuilt, [op(0, OpState.COMMIT, (0,), at=0)], progress.parked)
+    rebuilt.add_half(half(0, 0))
+    rebuilt.add_half(half(1, 1))
+    assert TXN[0] in rebuilt.parked and TXN[0] not in rebuilt.decided
+    [promote] = take(rebuilt).actions
+    assert isinstance(promote, Promote) and promote.op.txn_id == TXN[0]
+
+
+def test_a_resumed_transaction_is_undecided_again_and_promoted_on_its_next_commit() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0))
+    state.add_op(0, op(0, OpState.GIVEN_UP, (0,), at=0))
+    assert kinds(take(state)) == [Drop]
+    # The resume command re-appended the half (offset 1) and wrote RESUMED naming it
+    state.add_half(half(0, 1, origin=0))  # read before the RESUMED op: still given up
+    state.add_op(1, op(0, OpState.RESUMED, (1,), at=1))
+    state.add_op(2, op(0, OpState.COMMIT, (0,), at=2))
+    batch = take(state, fetch=lambda offsets: [half(0, 1, origin=0)])
+    [promote] = batch.actions
+    assert isinstance(promote, Promote) and promote.records[0].offset == 1
+    assert state.counters.conflicts == 0
+
+
+def test_progress_metadata_round_trips_and_foreign_metadata_means_no_history() -> None:
+    progress = Progress(10, 20, 5, (TXN[0],))
+    assert Progress.parse(10, 20, progress.metadata()) == progress
+    assert Progress.parse(10, 20, "set by another tool") == Progress(10, 20, 20, ())
+    assert Progress.parse(10, 20, None) == Progress(10, 20, 20, ())
+
+
+def test_need_is_answered_before_anything_decided_earlier_is_lost() -> None:
+    state = PartitionState(0, half_position=3)
+    state.add_half(half(1, 3))
+    state.add_op(0, op(1, OpState.COMMIT, (3,), at=0))
+    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1))  # halves not in memory
+    first = state.take(0, put_back_after_ms=HOUR_MS)
+    assert isinstance(first, Need) and first.offsets == (0,)
+    state.supply(first.txn_id, [half(0, 0)])
+    batch = take(state)
+    assert [a.op.txn_id for a in batch.actions] == [TXN[1], TXN[0]]  # type: ignore[union-attr]

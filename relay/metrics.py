@@ -1,0 +1,102 @@
+"""Prometheus metrics of a relay: counters and gauges read from its state at scrape time, and
+the Kafka-transaction commit latency as a histogram.
+
+What to alert on: ``outbox_relay_oldest_pending_age_seconds`` growing past the checker's full
+check window (decisions are not arriving), ``outbox_relay_parked_transactions`` above 0 for long
+(a real topic is missing or refusing writes), any increase of ``outbox_relay_dead_lettered_total``
+or ``outbox_relay_conflicting_ops_total``, and ``outbox_relay_lag_records`` growing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+if TYPE_CHECKING:
+    from relay.relay import Relay
+
+#: (state counter, metric name, help)
+COUNTERS = (
+    ("promoted", "outbox_relay_promoted_total", "Committed transactions promoted."),
+    ("dropped", "outbox_relay_dropped_total", "Rolled-back or given-up transactions dropped."),
+    ("put_back", "outbox_relay_put_back_total", "Pending transactions re-appended (put back)."),
+    ("duplicates", "outbox_relay_duplicate_ops_total", "Repeated ops with the same state."),
+    (
+        "conflicts",
+        "outbox_relay_conflicting_ops_total",
+        "Ops contradicting an earlier terminal op (ignored). Alert on any.",
+    ),
+    ("evicted", "outbox_relay_evicted_records_total", "Held values dropped for the memory cap."),
+)
+
+
+class RelayMetrics:
+    """One registry per relay, so several relays can live in one process (tests)."""
+
+    def __init__(self, relay: Relay) -> None:
+        self.registry = CollectorRegistry()
+        self.commit_seconds = Histogram(
+            "outbox_relay_kafka_txn_commit_seconds",
+            "Time to commit one Kafka transaction (promotions + progress).",
+            registry=self.registry,
+            buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
+        )
+        self.registry.register(_Collector(relay))
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _Collector:
+    def __init__(self, relay: Relay) -> None:
+        self.relay = relay
+
+    def collect(self) -> Iterator[Metric]:
+        relay = self.relay
+        totals = relay.totals()
+        for key, name, text in COUNTERS:
+            yield CounterMetricFamily(name, text, value=totals[key])
+        yield CounterMetricFamily(
+            "outbox_relay_dead_lettered_total",
+            "Records sent to the dead-letter topic (undecodable, unknown schema, or an op whose "
+            "half records are gone). Alert on any.",
+            value=relay.dead_lettered,
+        )
+        yield CounterMetricFamily(
+            "outbox_relay_kafka_txn_aborts_total",
+            "Kafka transactions aborted (their work is redone from the committed offsets).",
+            value=relay.aborts,
+        )
+        states = dict(relay.states)
+        pending = GaugeMetricFamily(
+            "outbox_relay_pending_records", "Undecided half records held.", labels=["partition"]
+        )
+        oldest = GaugeMetricFamily(
+            "outbox_relay_oldest_pending_age_seconds",
+            "Broker-time age of the oldest undecided half record.",
+            labels=["partition"],
+        )
+        now = time.time()
+        for p, state in states.items():
+            pending.add_metric([str(p)], state.pending_records)
+            first = state.oldest_pending_ms()
+            oldest.add_metric([str(p)], 0.0 if first is None else max(0.0, now - first / 1000))
+        yield pending
+        yield oldest
+        yield GaugeMetricFamily(
+            "outbox_relay_parked_transactions",
+            "Committed transactions waiting for their real topic (missing or refusing writes).",
+            value=sum(len(s.parked) for s in states.values()),
+        )
+        lag = GaugeMetricFamily(
+            "outbox_relay_lag_records",
+            "Records between the committed offset and the end of the partition.",
+            labels=["topic", "partition"],
+        )
+        for (topic, p), value in relay.lag().items():
+            lag.add_metric([topic, str(p)], value)
+        yield lag
