@@ -2,35 +2,45 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import sys
 from types import FrameType
 
 from checker.checker import Checker
-from checker.metrics import serve_metrics
+from checker.metrics import serve
 from checker.settings import CheckerSettings
 from outbox.errors import ConfigurationError
+from outbox.logs import configure_logging
 
 
-def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        settings = CheckerSettings.from_env()
-    except ConfigurationError as err:
-        print(f"checker: {err}", file=sys.stderr)
-        return 2
+def run(settings: CheckerSettings) -> int:
+    """Run a checker until SIGTERM/SIGINT; the console script's ``checker`` command calls this."""
+    configure_logging(settings.log_format)
     checker = Checker(settings)
-    if settings.metrics_port:
-        serve_metrics(checker, settings.metrics_port)
+    endpoint = (
+        serve(checker, settings.http_port, settings.http_host) if settings.http_port else None
+    )
 
     def stop(signum: int, frame: FrameType | None) -> None:
         checker.close()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    checker.run()
+    try:
+        checker.run()
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     return 0
+
+
+def main() -> int:
+    try:
+        settings = CheckerSettings.from_env()
+    except ConfigurationError as err:
+        print(f"checker: {err}", file=sys.stderr)
+        return 2
+    return run(settings)
 
 
 if __name__ == "__main__":

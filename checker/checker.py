@@ -26,6 +26,7 @@ from checker.instances import LiveInstances
 from checker.settings import CheckerSettings
 from checker.tracker import Pending, Tracker
 from outbox.errors import ProtocolError
+from outbox.fetch import HalfFetcher
 from outbox.protocol.dead_letter import dead_letter_headers
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import OpRecord, decode_op, encode_op
@@ -60,6 +61,8 @@ class Checker:
         secret = settings.secret.encode() if settings.secret else None
         self.client = CheckClient(secret, settings.request_timeout_s)
         self._closed = threading.Event()
+        self._loop_at = time.monotonic()
+        self._ready = (False, "starting")
         self._ops_caught_up: set[int] = set()
         self._written: dict[str, OpState] = {}  # our own ops, not yet read back
         self._pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
@@ -92,20 +95,36 @@ class Checker:
         self.instances = LiveInstances(
             self._config(), self.names.registry, self.settings.registry_ttl_s
         )
+        self._fetcher = HalfFetcher(self._config(), self.names.half)
         self._consumer.subscribe(
             [self.names.half, self.names.op], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
+        self._ready = (True, "subscribed")
         try:
             while not self._closed.is_set():
+                self._loop_at = time.monotonic()
                 for msg in self._consumer.consume(1000, 0.2):
                     self._route(msg)
                 self.instances.poll()
                 self._check_due()
         finally:
+            self._ready = (False, "stopped")
             self._pool.shutdown()
             self._consumer.close()
             self._producer.flush(10)
             self.instances.close()
+            self._fetcher.close()
+
+    def live(self) -> tuple[bool, str]:
+        """Liveness: the loop turns (a check round is bounded by the request timeouts)."""
+        idle = time.monotonic() - self._loop_at
+        limit = self.settings.request_timeout_s * self.settings.failover_attempts + 60
+        if idle > limit:
+            return False, f"the checker loop has not turned for {idle:.0f} s"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        return self._ready
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -130,7 +149,17 @@ class Checker:
                 op = decode_op(msg.key(), msg.value())
             except ProtocolError:
                 return  # the relay dead-letters it; here it decides nothing
-            if op is not None and self._written.pop(op.txn_id, None) is not op.state:
+            if op is None:
+                return
+            if op.state is OpState.RESUMED:
+                self.tracker.resume(
+                    op.txn_id,
+                    op.producer_group,
+                    op.half_partition,
+                    op.half_offsets,
+                    msg.timestamp()[1],
+                )
+            elif self._written.pop(op.txn_id, None) is not op.state:
                 self.tracker.decide(op.txn_id, op.state)
             return
         try:
@@ -263,11 +292,20 @@ class Checker:
             if self.tracker.unreachable(entry, now_ms) >= limit_ms:
                 self._give_up(entry, f"no producer of group {entry.group!r} answered: {why}")
 
+    def _with_records(self, entry: Pending) -> Pending:
+        """A resumed transaction whose copies were read before its RESUMED op: fetch them."""
+        if not entry.records and entry.resumed_offsets:
+            found = self._fetcher.fetch(entry.partition, entry.resumed_offsets, entry.txn_id)
+            for record in found or ():
+                entry.records.setdefault(record.index, record)
+        return entry
+
     def _give_up(self, entry: Pending, reason: str) -> None:
         log.error("giving up transaction %s of group %s: %s", entry.txn_id, entry.group, reason)
         self.stats.given_up += 1
-        for offset in entry.offsets:
-            record = entry.records[offset]
+        entry = self._with_records(entry)
+        for index in sorted(entry.records):
+            record = entry.records[index]
             headers = dead_letter_headers(
                 record.raw_headers,
                 reason=reason,
@@ -285,6 +323,7 @@ class Checker:
         self._decide(entry, OpState.GIVEN_UP, reason)
 
     def _decide(self, entry: Pending, state: OpState, reason: str | None) -> None:
+        entry = self._with_records(entry)
         op = OpRecord(
             txn_id=entry.txn_id,
             state=state,

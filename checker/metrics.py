@@ -5,10 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from outbox.service_http import ServiceEndpoint
 
 if TYPE_CHECKING:
     from checker.checker import Checker
@@ -48,9 +50,15 @@ class CheckerCollector:
         )
 
 
-def serve_metrics(checker: Checker, port: int, addr: str = "0.0.0.0") -> Any:
-    """Serve ``/metrics`` on ``port``; returns the HTTP server (``shutdown()`` to stop)."""
+def serve(checker: Checker, port: int, host: str = "0.0.0.0") -> ServiceEndpoint:
+    """Serve ``/healthz``, ``/readyz`` and ``/metrics`` on ``port`` until ``close()``."""
     registry = CollectorRegistry()
     registry.register(CheckerCollector(checker))
-    server, _ = start_http_server(port, addr=addr, registry=registry)
-    return server
+    return ServiceEndpoint(
+        live=checker.live,
+        ready=checker.ready,
+        metrics=lambda: generate_latest(registry),
+        host=host,
+        port=port,
+        name="outbox-checker-http",
+    )

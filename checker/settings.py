@@ -42,7 +42,10 @@ class CheckerSettings:
             that pauses the group's checks. Defaults to 0.8.
         breaker_min_samples: recent checks needed before the breaker judges. Defaults to 20.
         breaker_cooldown_s: how long a tripped group is paused. Defaults to 60 s.
-        metrics_port: serve Prometheus metrics on this port; 0 turns them off. Defaults to 0.
+        http_port: serve ``/healthz``, ``/readyz`` and ``/metrics`` (Prometheus) on this port;
+            0 turns it off. Defaults to 0.
+        http_host: address the HTTP endpoint binds. Defaults to ``0.0.0.0``.
+        log_format: ``text`` or ``json`` (one JSON object per line). Defaults to ``text``.
         kafka: extra librdkafka settings.
     """
 
@@ -63,7 +66,9 @@ class CheckerSettings:
     breaker_threshold: float = 0.8
     breaker_min_samples: int = 20
     breaker_cooldown_s: float = 60.0
-    metrics_port: int = 0
+    http_port: int = 0
+    http_host: str = "0.0.0.0"
+    log_format: str = "text"
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -82,6 +87,10 @@ class CheckerSettings:
         for name in ("check_interval_s", "registry_ttl_s", "request_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+        if not 0 <= self.http_port <= 65535:
+            raise ConfigurationError(f"http_port={self.http_port!r} must be 0-65535")
+        if self.log_format not in ("text", "json"):
+            raise ConfigurationError(f"log_format={self.log_format!r} must be 'text' or 'json'")
 
     @property
     def topics(self) -> TopicNames:

@@ -14,7 +14,8 @@ from outbox.protocol.states import OpState
 
 @dataclass
 class Pending:
-    """An undecided transaction."""
+    """An undecided transaction. Records are keyed by message index: a put-back copy replaces
+    nothing and adds nothing, and ops name the original offsets."""
 
     txn_id: str
     group: str
@@ -24,10 +25,13 @@ class Pending:
     due_ms: int = 0
     checks: int = 0
     unreachable_since_ms: int | None = None
+    #: Set when resumed with no record in hand: where the resumed copies are, to fetch them.
+    resumed_offsets: tuple[int, ...] = ()
 
     @property
     def offsets(self) -> list[int]:
-        return sorted(self.records)
+        """The original offsets of its half records, in message-index order."""
+        return [self.records[i].original_offset for i in sorted(self.records)]
 
 
 @dataclass
@@ -51,7 +55,19 @@ class Tracker:
             entry.first_ms = record.timestamp_ms
             entry.due_ms = record.timestamp_ms + max(self.timeout_ms, immunity_ms)
             self.pending[record.txn_id] = entry
-        entry.records[record.offset] = record
+        entry.records.setdefault(record.index, record)
+
+    def resume(
+        self, txn_id: str, group: str, partition: int, offsets: tuple[int, ...], at_ms: int
+    ) -> None:
+        """A given-up transaction was put back to be checked: undecided again, checks from 0,
+        first check a timeout after the RESUMED op (broker time)."""
+        self.decided.pop(txn_id, None)
+        if txn_id in self.pending:
+            return
+        entry = Pending(txn_id, group, partition, first_ms=at_ms, resumed_offsets=offsets)
+        entry.due_ms = at_ms + self.timeout_ms
+        self.pending[txn_id] = entry
 
     def decide(self, txn_id: str, state: OpState) -> Pending | None:
         """An op was read: the transaction is no longer undecided. The first terminal op wins;
@@ -88,5 +104,10 @@ class Tracker:
             del self.pending[txn_id]
 
     def min_offset(self, partition: int) -> int | None:
-        offsets = [o for p in self.pending.values() if p.partition == partition for o in p.records]
+        offsets = [
+            r.offset
+            for p in self.pending.values()
+            if p.partition == partition
+            for r in p.records.values()
+        ]
         return min(offsets) if offsets else None

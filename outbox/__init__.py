@@ -5,6 +5,7 @@ A local database transaction and the messages sent inside it either both happen 
 
 from __future__ import annotations
 
+from outbox.consumer import Deduplicator
 from outbox.decorator import configure, current_transaction, send, transactional
 from outbox.errors import (
     ConfigurationError,
@@ -43,6 +44,7 @@ __version__ = "0.1.0"
 __all__ = [
     # Errors
     "ConfigurationError",
+    "Deduplicator",
     "DelayNotSupportedError",
     # Producing
     "HalfCoordinates",

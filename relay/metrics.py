@@ -75,6 +75,11 @@ class _Collector:
         pending = GaugeMetricFamily(
             "outbox_relay_pending_records", "Undecided half records held.", labels=["partition"]
         )
+        held = GaugeMetricFamily(
+            "outbox_relay_held_records",
+            "Undecided half records whose values are in memory (at most max_held_records).",
+            labels=["partition"],
+        )
         oldest = GaugeMetricFamily(
             "outbox_relay_oldest_pending_age_seconds",
             "Broker-time age of the oldest undecided half record.",
@@ -83,9 +88,11 @@ class _Collector:
         now = time.time()
         for p, state in states.items():
             pending.add_metric([str(p)], state.pending_records)
+            held.add_metric([str(p)], state.held)
             first = state.oldest_pending_ms()
             oldest.add_metric([str(p)], 0.0 if first is None else max(0.0, now - first / 1000))
         yield pending
+        yield held
         yield oldest
         yield GaugeMetricFamily(
             "outbox_relay_parked_transactions",

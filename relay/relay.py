@@ -22,10 +22,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from outbox.errors import OutboxError, ProtocolError
+from outbox.fetch import HalfFetcher
 from outbox.protocol.half import HalfRecord, copy_headers, decode_half
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.service_http import ServiceEndpoint
-from relay.fetch import HalfFetcher
 from relay.metrics import RelayMetrics
 from relay.promotion import Outgoing, dead_letter, promoted
 from relay.rebuild import OpHistory, rebuild
@@ -74,6 +74,8 @@ class Relay:
         self._paused: set[int] = set()
         self._parked_logged: set[str] = set()
         self._copies_end: dict[int, int] = {}
+        #: (half partitions, op partitions) of the last assignment, as the group gave them.
+        self.assigned: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
         self._failures: list[tuple[str | None, str]] = []
         self._loop_at = time.monotonic()
         self._ready = (False, "starting")
@@ -154,6 +156,8 @@ class Relay:
                 {
                     "session.timeout.ms": 10000,
                     "heartbeat.interval.ms": 1000,
+                    # librdkafka prefetches up to 64 MiB by default; a batch needs far less
+                    "queued.max.messages.kbytes": 16384,
                     **config,
                     "group.id": self.settings.group_id,
                     "partition.assignment.strategy": "range",
@@ -500,6 +504,7 @@ class Relay:
                 sorted(half),
                 sorted(op),
             )
+        self.assigned = (frozenset(half), frozenset(op))
         numbers = sorted(half & op)
         progress = self._progress(consumer, numbers)
         for p in numbers:
@@ -513,6 +518,7 @@ class Relay:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         numbers = sorted({tp.partition for tp in partitions if tp.partition in self.states})
+        self.assigned = (frozenset(), frozenset())
         for p in numbers:
             self._retire(self.states.pop(p))
             self._committed.pop(p, None)

@@ -21,9 +21,10 @@ Invariants the rest of the relay relies on:
 from __future__ import annotations
 
 import json
+import sys
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord
@@ -33,25 +34,31 @@ from outbox.protocol.states import TERMINAL_STATES, OpState
 PROGRESS_VERSION = 1
 
 
-@dataclass
+@dataclass(slots=True)
 class Entry:
-    """An undecided transaction: its half records by message index."""
+    """An undecided transaction: where its half records are, and them while they are held."""
 
     txn_id: str
     group: str
-    records: dict[int, HalfRecord]
     #: Op position when its oldest current record was read (bounds the rebuild scan).
     op_pos: int
-    #: Values dropped to stay under the memory cap; fetched again by offset when needed.
+    #: Message index -> (current offset, broker timestamp), for every record, held or not.
+    where: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: Message index -> record, while held; emptied when evicted to stay under the memory cap
+    #: (the records are then read back by offset when needed).
+    records: dict[int, HalfRecord] = field(default_factory=dict)
     evicted: bool = False
 
     @property
     def first_offset(self) -> int:
-        return min(r.offset for r in self.records.values())
+        return min(offset for offset, _ in self.where.values())
 
     @property
     def first_ts_ms(self) -> int:
-        return min(r.timestamp_ms for r in self.records.values())
+        return min(ts for _, ts in self.where.values())
+
+    def offsets(self) -> tuple[int, ...]:
+        return tuple(self.where[i][0] for i in sorted(self.where))
 
 
 @dataclass(frozen=True)
@@ -206,17 +213,14 @@ class PartitionState:
             return  # handled before (a re-read after a restart, or a copy of a decided one)
         entry = self.pending.get(txn)
         if entry is None:
-            entry = Entry(txn, record.producer_group, {}, op_pos=self._floor())
+            entry = Entry(txn, sys.intern(record.producer_group), op_pos=self._floor())
             self.pending[txn] = entry
-        old = entry.records.get(record.index)
-        if old is None or entry.evicted or record.offset > old.offset:
-            if old is not None and not entry.evicted:
-                self.held -= 1
-            entry.records[record.index] = record
+        old = entry.where.get(record.index)
+        if old is None or record.offset > old[0]:  # a newer copy replaces what was read
+            entry.where[record.index] = (record.offset, record.timestamp_ms)
             if not entry.evicted:
-                self.held += 1
-            else:
-                entry.records[record.index] = _without_value(record)
+                self.held += record.index not in entry.records
+                entry.records[record.index] = record
         self._evict()
 
     def add_op(self, offset: int, op: OpRecord | None) -> None:
@@ -351,7 +355,7 @@ class PartitionState:
     def _records(self, op: OpRecord, entry: Entry | None) -> tuple[HalfRecord, ...] | Need | None:
         """The op's records with their values, from memory or a fetch; None if not found."""
         count = op.message_count
-        complete = entry is not None and all(i in entry.records for i in range(count))
+        complete = entry is not None and all(i in entry.where for i in range(count))
         if entry is not None and complete and not entry.evicted:
             return tuple(entry.records[i] for i in range(count))
         if op.txn_id in self.fetched:
@@ -360,7 +364,7 @@ class PartitionState:
                 return None
             return tuple(found[i] for i in range(count))
         if entry is not None and complete:
-            return Need(op.txn_id, tuple(entry.records[i].offset for i in range(count)))
+            return Need(op.txn_id, tuple(entry.where[i][0] for i in range(count)))
         return Need(op.txn_id, op.half_offsets)
 
     def _decided(self, op: OpRecord, entry: Entry | None) -> None:
@@ -388,9 +392,10 @@ class PartitionState:
         self.ahead.append((op_offset, self._log_end))
 
     def _hold(self, txn_id: str, group: str, records: Iterable[HalfRecord], *, op_pos: int) -> None:
-        entry = Entry(
-            txn_id, group, {r.index: r for r in records}, op_pos=min(op_pos, self._floor())
-        )
+        entry = Entry(txn_id, group, op_pos=min(op_pos, self._floor()))
+        for record in records:
+            entry.where[record.index] = (record.offset, record.timestamp_ms)
+            entry.records[record.index] = record
         self.pending[txn_id] = entry
         self.held += len(entry.records)
         self._evict()
@@ -449,14 +454,15 @@ class PartitionState:
         for entry in list(self.pending.values()):
             if done >= limit or entry.first_ts_ms > older_than_ms:
                 break
-            records = tuple(entry.records[i] for i in sorted(entry.records))
             if entry.evicted:
-                found = self.fetched.get(entry.txn_id)
                 if entry.txn_id not in self.fetched:
-                    return Need(entry.txn_id, tuple(r.offset for r in records))
+                    return Need(entry.txn_id, entry.offsets())
+                found = self.fetched[entry.txn_id]
                 if found is None:
                     continue  # gone from the log: its op will be rejected when it comes
                 records = tuple(found[i] for i in sorted(found))
+            else:
+                records = tuple(entry.records[i] for i in sorted(entry.records))
             self.out.append(PutBack(records))
             self.counters.put_back += 1
             self.in_flight[entry.txn_id] = (self.op_position, len(records))
@@ -472,10 +478,10 @@ class PartitionState:
                 return
             if entry.evicted:
                 continue
-            entry.records = {i: _without_value(r) for i, r in entry.records.items()}
-            entry.evicted = True
             self.held -= len(entry.records)
             self.counters.evicted += len(entry.records)
+            entry.records = {}
+            entry.evicted = True
 
     def _forget(self, txn_id: str) -> None:
         entry = self.pending.pop(txn_id, None)
@@ -493,11 +499,7 @@ class PartitionState:
 
     @property
     def pending_records(self) -> int:
-        return sum(len(e.records) for e in self.pending.values())
+        return sum(len(e.where) for e in self.pending.values())
 
     def oldest_pending_ms(self) -> int | None:
         return min((e.first_ts_ms for e in self.pending.values()), default=None)
-
-
-def _without_value(record: HalfRecord) -> HalfRecord:
-    return replace(record, message=replace(record.message, value=None), raw_headers=())

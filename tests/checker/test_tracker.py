@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
+
 from checker.breaker import Breaker
 from checker.tracker import Tracker
 from outbox.protocol import HalfMessage, HalfRecord, OpState
@@ -71,22 +75,55 @@ def test_breaker_opens_on_a_storm_of_bad_outcomes_and_closes_after_cooldown() ->
     assert breaker.trips == 1
 
 
-def test_metrics_expose_the_checker_counters() -> None:
+def test_metrics_and_probes_are_served_on_the_http_port() -> None:
+    import urllib.error
     import urllib.request
 
     from checker import Checker, CheckerSettings
-    from checker.metrics import serve_metrics
+    from checker.metrics import serve
     from outbox.testing.ports import free_port
 
     checker = Checker(CheckerSettings(bootstrap_servers="unused:9092", insecure_local=True))
     checker.stats.given_up = 2
     checker.tracker.add_half(half(0, broker_ms=0))
     port = free_port()
-    server = serve_metrics(checker, port, addr="127.0.0.1")
+    endpoint = serve(checker, port, host="127.0.0.1")
+    base = f"http://127.0.0.1:{port}"
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as response:
             text = response.read().decode()
+        with urllib.request.urlopen(f"{base}/healthz", timeout=5) as response:
+            assert response.status == 200
+        # not running yet: not ready, with the reason
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/readyz", timeout=5)
+        assert refused.value.code == 503 and b"starting" in refused.value.read()
     finally:
-        server.shutdown()
+        endpoint.close()
     assert "outbox_checker_given_up_total 2.0" in text
     assert "outbox_checker_pending 1.0" in text
+
+
+def test_copies_of_a_half_record_add_nothing_and_ops_name_the_original_offsets() -> None:
+    tracker = Tracker(timeout_ms=6_000, interval_ms=30_000)
+    tracker.add_half(half(0, broker_ms=0))
+    original = tracker.pending[TXN].records[0]
+    copy = replace(original, offset=original.offset + 50, origin_offset=original.offset)
+    tracker.add_half(copy)
+    entry = tracker.pending[TXN]
+    assert len(entry.records) == 1 and entry.offsets == [original.offset]
+
+
+def test_a_resumed_transaction_is_checked_again_from_a_count_of_zero() -> None:
+    tracker = Tracker(timeout_ms=6_000, interval_ms=30_000)
+    tracker.add_half(half(0, broker_ms=0))
+    tracker.decide(TXN, OpState.GIVEN_UP)
+    assert TXN not in tracker.pending
+    tracker.resume(TXN, "g", 0, (9,), at_ms=100_000)
+    entry = tracker.pending[TXN]
+    assert entry.checks == 0 and entry.due_ms == 106_000 and entry.resumed_offsets == (9,)
+    tracker.add_half(replace(half(0, broker_ms=100_000), offset=9, origin_offset=0))
+    assert entry.offsets == [0]
+    # and its next terminal op decides it, with no conflict counted
+    tracker.decide(TXN, OpState.COMMIT)
+    assert tracker.conflicts == 0 and TXN not in tracker.pending

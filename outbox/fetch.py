@@ -1,5 +1,5 @@
-"""Reading half records back by offset: RocketMQ looks a half message up by its commit-log
-offset; we do the same with the offsets an op record names.
+"""Reading half records back by offset (relay and checker): RocketMQ looks a half message up by its
+commit-log offset; we do the same with the offsets an op record names.
 
 Needed when the records are not in memory: their values were dropped to stay under the memory
 cap, the relay restarted after they were read, or a ``resume`` named copies already read past.
@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from outbox.errors import KafkaOperationError, ProtocolError
 from outbox.protocol.half import HalfRecord, decode_half
 
-log = logging.getLogger("relay")
+log = logging.getLogger("outbox")
 
 #: Offsets closer than this are read in one sweep instead of one seek each.
 SWEEP_GAP = 500
@@ -33,7 +33,7 @@ class HalfFetcher:
         self._consumer = Consumer(
             {
                 **config,
-                "group.id": "outbox-relay-fetch",
+                "group.id": "outbox-fetch",
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "error",

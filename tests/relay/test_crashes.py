@@ -1,0 +1,115 @@
+"""Relays and brokers failing under load, modelled on Apache Kafka's transactions_test.py:
+a read_committed consumer, reading concurrently and again at the end, must see every committed
+message exactly once, no rolled-back message, and each key's transactions in COMMIT order."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outbox.protocol import Header
+from outbox.testing import HarnessSettings
+from outbox.testing.kafka_process import KafkaProcess
+from tests.kafka_helpers import unique
+from tests.relay.harness import GRACE_S, Load, RelayProcess, Watcher, check_exactly_once, wait_for
+from tests.relay.test_relay import read_topic
+
+pytestmark = pytest.mark.integration
+
+
+def final_read(bootstrap: str, topic: str) -> tuple[Counter[tuple[str, int]], dict]:
+    seen: Counter[tuple[str, int]] = Counter()
+    per_key: dict[bytes, list[str]] = defaultdict(list)
+    for msg in read_topic(bootstrap, topic):
+        headers = dict(msg.headers())
+        txn = headers[Header.TXN_ID].decode()
+        seen[(txn, int(headers[Header.MESSAGE_INDEX]))] += 1
+        if not per_key[msg.key()] or per_key[msg.key()][-1] != txn:
+            per_key[msg.key()].append(txn)
+    return seen, per_key
+
+
+def finish(load: Load, watcher: Watcher, relays: list[RelayProcess], bootstrap: str) -> None:
+    """Stop the load, let the relays catch up, then check the concurrent and a final read."""
+    load.stop()
+    try:
+        wait_for(lambda: set(watcher.seen) >= load.expected(), 240, "every committed message")
+        time.sleep(2)  # a late duplicate would show up now
+    finally:
+        for relay in relays:
+            relay.stop()
+        watcher.stop()
+    check_exactly_once(load, watcher.seen, watcher.per_key)
+    check_exactly_once(load, *final_read(bootstrap, load.real_topic))
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Iterator[Path]:
+    yield tmp_path
+    for log in sorted(tmp_path.glob("*.log")):  # shown when a test fails
+        print(f"--- {log.name} (tail) ---\n" + "\n".join(log.read_text().splitlines()[-15:]))
+
+
+@pytest.mark.parametrize("instances", [1, 3])
+def test_relays_bounced_hard_and_clean_under_load_deliver_each_committed_message_once(
+    kafka_bootstrap: str, logs: Path, instances: int
+) -> None:
+    rng = random.Random(instances)
+    prefix, group = unique("__outbox-crash"), unique("relay")
+    load = Load(kafka_bootstrap, prefix).start()
+    watcher = Watcher(kafka_bootstrap, load.real_topic)
+    relays = [
+        RelayProcess(kafka_bootstrap, prefix, group, f"relay-{i}", logs) for i in range(instances)
+    ]
+    for relay in relays:
+        relay.start()
+    # Each instance is bounced three times, alternately SIGKILL and SIGTERM, at a random
+    # moment after it has been assigned partitions and the output has grown since.
+    for round_ in range(3):
+        for i, relay in enumerate(rng.sample(relays, len(relays))):
+            before = watcher.count()
+            wait_for(relay.holds_partitions, 90, f"{relay.name} to be assigned partitions")
+            wait_for(lambda b=before: watcher.count() > b + 50, 90, "promotions to progress")
+            time.sleep(rng.uniform(0.1, 1.5))
+            if (round_ + i) % 2 == 0:
+                relay.kill()
+            else:
+                assert relay.terminate() < GRACE_S + 5
+            time.sleep(rng.uniform(0, 1.0))
+            relay.start()
+    assert load.committed, "the load wrote nothing"
+    finish(load, watcher, relays, kafka_bootstrap)
+
+
+def test_a_broker_restart_during_load_loses_and_repeats_nothing(
+    harness_settings: HarnessSettings, logs: Path
+) -> None:
+    (logs / "broker").mkdir()
+    broker = KafkaProcess(harness_settings, workdir=logs / "broker")
+    broker.format()
+    broker.start()
+    try:
+        prefix, group = unique("__outbox-restart"), unique("relay")
+        load = Load(broker.bootstrap, prefix).start()
+        watcher = Watcher(broker.bootstrap, load.real_topic)
+        relays = [
+            RelayProcess(broker.bootstrap, prefix, group, f"relay-{i}", logs) for i in range(2)
+        ]
+        for relay in relays:
+            relay.start()
+        wait_for(lambda: watcher.count() > 500, 120, "promotions before the restart")
+        # When the broker goes down and comes back while producers and relays keep going
+        broker.restart()
+        before = watcher.count()
+        wait_for(lambda: watcher.count() > before + 500, 180, "promotions after the restart")
+        # Then, once everything is read, each committed message is there exactly once
+        finish(load, watcher, relays, broker.bootstrap)
+        failures = "".join(r.log.read_text(errors="replace") for r in relays)
+        assert "session ended" in failures or "aborted" in failures, "no relay saw the restart"
+    finally:
+        broker.kill()

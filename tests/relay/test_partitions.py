@@ -1,0 +1,115 @@
+"""Relay instances sharing partitions, and real topics that do not exist (yet)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from outbox.protocol import OpState
+from relay import RelaySettings
+from tests.kafka_helpers import create_topic, unique
+from tests.relay.harness import wait_for
+from tests.relay.test_relay import RelayThread, Stream, delivered, expected
+
+pytestmark = pytest.mark.integration
+
+
+def test_instances_of_one_group_own_the_same_partition_numbers_of_both_topics(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-pairs"))
+    settings = RelaySettings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=stream.settings.topic_prefix,
+        group_id=unique("relay"),
+        kafka={"session.timeout.ms": 6000},
+    )
+    relays = [RelayThread(settings) for _ in range(3)]
+    everything = frozenset(range(3))
+
+    def paired(running: list[RelayThread]) -> bool:
+        halves = [r.relay.assigned[0] for r in running]
+        return all(r.relay.assigned[0] == r.relay.assigned[1] for r in running) and sorted(
+            p for h in halves for p in h
+        ) == sorted(everything)
+
+    try:
+        # Given three instances: each owns one partition number of both topics
+        wait_for(
+            lambda: paired(relays) and all(len(r.relay.assigned[0]) == 1 for r in relays),
+            60,
+            "three instances to own one partition number each",
+        )
+        # When one leaves, the two left take over its number, of both topics again
+        relays.pop().stop()
+        wait_for(
+            lambda: paired(relays) and all(r.relay.assigned[0] for r in relays),
+            60,
+            "two instances to share both topics",
+        )
+        # And the pairs promote: a transaction on every partition gets through
+        stream.write([(f"k{i}".encode(), 1, OpState.COMMIT) for i in range(12)])
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "all")
+    finally:
+        for relay in relays:
+            relay.stop()
+
+
+def test_a_commit_for_a_missing_topic_is_parked_while_others_go_on_and_promoted_once_it_exists(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-park"))
+    ghost = unique("not-yet")
+    relay = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap,
+            topic_prefix=stream.settings.topic_prefix,
+            group_id=unique("relay"),
+            topic_refresh_s=1,
+        )
+    )
+    try:
+        # Given a committed transaction whose topic does not exist, before others on its key
+        real = stream.real_topic
+        stream.real_topic = ghost
+        stream.write([(b"same-key", 1, OpState.COMMIT)])
+        [parked] = list(stream.committed)
+        stream.real_topic = real
+        del stream.committed[parked]
+        stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
+        # Then the others are promoted and it is parked, with a metric
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "others")
+        wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the parked count")
+        assert b"outbox_relay_parked_transactions 1.0" in relay.relay.metrics.render()
+        # When its topic is created, it is promoted, once
+        create_topic(kafka_bootstrap, ghost, partitions=1)
+        stream.real_topic = ghost
+        stream.committed = {parked: 1}
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) == {(parked, 0)}, 60, "it")
+        time.sleep(1)
+        assert list(delivered(kafka_bootstrap, stream).values()) == [1]
+        assert relay.relay.stats()["parked"] == 0
+    finally:
+        relay.stop()
+
+
+def test_with_auto_create_a_missing_real_topic_is_created_and_promoted_to(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-autocreate"))
+    stream.real_topic = unique("created-by-relay")
+    relay = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap,
+            topic_prefix=stream.settings.topic_prefix,
+            group_id=unique("relay"),
+            auto_create_topics=True,
+            auto_create_partitions=2,
+        )
+    )
+    try:
+        stream.write([(b"k", 2, OpState.COMMIT)])
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "it")
+    finally:
+        relay.stop()
