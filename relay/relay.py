@@ -34,6 +34,7 @@ from relay.state import (
     Action,
     BadRecord,
     Batch,
+    Counters,
     Drop,
     Need,
     PartitionState,
@@ -587,7 +588,9 @@ class Relay:
 
     def totals(self) -> dict[str, int]:
         """Counters over this instance's life (partitions held now and before)."""
-        totals = dict(self._retired)
+        totals = dict.fromkeys(vars(Counters()), 0)
+        for key, value in self._retired.items():
+            totals[key] += value
         for state in list(self.states.values()):
             for key, value in vars(state.counters).items():
                 totals[key] = totals.get(key, 0) + value

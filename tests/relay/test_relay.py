@@ -196,28 +196,71 @@ def test_relay_promotes_committed_and_drops_rolled_back_transactions(
     assert first.value() == f"{headers[Header.TXN_ID].decode()}/0".encode()
 
 
-def test_undecodable_records_go_to_the_dead_letter_topic_and_the_relay_goes_on(
+def test_bad_records_go_to_the_dead_letter_topic_with_their_reason_and_the_relay_goes_on(
     kafka_bootstrap: str, stream: Stream, relay: RelayThread
 ) -> None:
     topics = stream.settings.topics
+    # a half record of an unknown schema version, an op of an unknown one, an op that is no JSON
     stream.producer.produce(
         topics.half, value=b"junk", headers=[("outbox-schema-version", b"99")], partition=0
     )
     stream.producer.produce(topics.op, key=b"k", value=json.dumps({"v": 7}).encode(), partition=0)
     stream.producer.produce(topics.op, key=b"k", value=b"{not json", partition=0)
+    # an op on partition 0 naming half partition 1, and a COMMIT naming offsets past the end
+    txn = new_transaction_id()
+    for half_partition, offsets in ((1, (0,)), (0, (10_000,))):
+        op = OpRecord(txn, OpState.COMMIT, "g", half_partition, offsets, DecidedBy.PRODUCER, 0)
+        key, value = encode_op(op)
+        stream.producer.produce(topics.op, key=key, value=value, partition=0)
+        txn = new_transaction_id()
     stream.producer.flush(30)
     stream.write([(b"after", 1, OpState.COMMIT)])
 
     wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
-    wait_for(lambda: len(read_topic(kafka_bootstrap, topics.dead_letter)) >= 3)
-    reasons = sorted(
-        dict(m.headers())[DeadLetterHeader.REASON].decode()
-        for m in read_topic(kafka_bootstrap, topics.dead_letter)
-    )
-    assert len(reasons) == 3
+    wait_for(lambda: len(read_topic(kafka_bootstrap, topics.dead_letter)) >= 5)
+    letters = read_topic(kafka_bootstrap, topics.dead_letter)
+    reasons = sorted(dict(m.headers())[DeadLetterHeader.REASON].decode() for m in letters)
+    assert len(reasons) == 5
     assert any("schema version b'99'" in r for r in reasons)
     assert any("schema version 7" in r for r in reasons)
     assert any("not a JSON document" in r for r in reasons)
+    assert any("names half partition 1" in r for r in reasons)
+    assert any("past the end" in r for r in reasons)
+    # each keeps where it came from
+    assert all(dict(m.headers())[DeadLetterHeader.SOURCE_TOPIC] for m in letters)
+
+
+def test_an_idle_partition_does_not_pin_its_committed_offset_behind_an_undecided_half(
+    kafka_bootstrap: str, stream: Stream
+) -> None:
+    from tests.relay.test_pending import Halves, committed_half_offset
+
+    halves = Halves(kafka_bootstrap, stream.settings.topic_prefix + "-idle")
+    group = unique("relay")
+    relay = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap,
+            topic_prefix=halves.settings.topic_prefix,
+            group_id=group,
+            put_back_after_s=1,
+        )
+    )
+    try:
+        # Given one undecided half and no other traffic at all
+        [txn] = halves.write(1)
+        partition, offset = halves.where[txn]
+        # Then the relay's committed offset of that partition still moves past it
+        wait_for(
+            lambda: (
+                committed_half_offset(
+                    kafka_bootstrap, group, halves.settings.topics.half, partition
+                )
+                > offset
+            ),
+            timeout=30,
+        )
+    finally:
+        relay.stop()
 
 
 @pytest.mark.parametrize("transactions", [10_000])
