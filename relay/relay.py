@@ -390,10 +390,12 @@ class Relay:
         return max(int(high), self._copies_end.get(partition, 0))
 
     def _verified_end(self, partition: int, state: PartitionState) -> int | None:
-        """The half partition's end from the broker, once an op has waited for a while."""
+        """The half partition's end from the broker, when the op at the head has waited a
+        while for records at or past the end as last seen (an op naming records that exist
+        just waits for the reader, which is the common case while catching up)."""
         assert self._consumer is not None
         op = state.waiting_op()
-        if op is None:
+        if op is None or max(op.half_offsets, default=-1) < self._log_end(partition):
             self._waiting_since.pop(partition, None)
             return None
         since = self._waiting_since.setdefault(partition, time.monotonic())

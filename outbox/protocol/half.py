@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
-from outbox.protocol.headers import RESERVED_HEADER_PREFIX, SCHEMA_VERSION, Header
+from outbox.protocol.headers import HALF_HEADERS, RESERVED_HEADER_PREFIX, SCHEMA_VERSION, Header
 from outbox.protocol.ids import validate_transaction_id
 
 HeaderList = list[tuple[str, bytes]]
@@ -88,6 +88,22 @@ def encode_half_headers(
     return headers
 
 
+# Plain strings: an enum member's ``.value`` costs a descriptor call, and this is the relay's
+# hottest path (one call per half record read).
+_SCHEMA = Header.SCHEMA_VERSION.value
+_TXN = Header.TXN_ID.value
+_GROUP = Header.PRODUCER_GROUP.value
+_TOPIC = Header.REAL_TOPIC.value
+_KEY = Header.REAL_KEY.value
+_INDEX = Header.MESSAGE_INDEX.value
+_COUNT = Header.MESSAGE_COUNT.value
+_CREATED = Header.CREATED_AT.value
+_CHECKS = Header.CHECK_COUNT.value
+_IMMUNITY = Header.CHECK_IMMUNITY_S.value
+_ORIGIN = Header.ORIGIN_OFFSET.value
+_VERSION = str(SCHEMA_VERSION).encode()
+
+
 def decode_half(
     *,
     value: bytes | None,
@@ -104,47 +120,56 @@ def decode_half(
     """
     ours: dict[str, bytes] = {}
     user: list[tuple[str, bytes]] = []
-    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+    normalized: list[tuple[str, bytes]] = []
+    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
     for name, raw in pairs:
-        data = raw.encode() if isinstance(raw, str) else (raw if raw is not None else b"")
+        data = raw if type(raw) is bytes else (raw.encode() if isinstance(raw, str) else b"")
+        normalized.append((name, data))
         if name.startswith(RESERVED_HEADER_PREFIX):
             ours[name] = data
         else:
             user.append((name, data))
-    version = ours.get(Header.SCHEMA_VERSION.value)
-    if version != str(SCHEMA_VERSION).encode():
+    version = ours.get(_SCHEMA)
+    if version != _VERSION:
         raise UnknownSchemaVersionError(
             f"half record at partition {partition} offset {offset} has schema version "
             f"{version!r}; this code reads version {SCHEMA_VERSION} only - upgrade the reader"
         )
     where = f"half record at partition {partition} offset {offset}"
-    txn_id = validate_transaction_id(_text(ours, Header.TXN_ID, where))
-    return HalfRecord(
-        txn_id=txn_id,
-        producer_group=_text(ours, Header.PRODUCER_GROUP, where),
-        message=HalfMessage(
-            topic=_text(ours, Header.REAL_TOPIC, where),
-            value=value,
-            key=ours.get(Header.REAL_KEY.value),
-            headers=tuple(user),
-        ),
-        index=_int(ours, Header.MESSAGE_INDEX, where),
-        count=_int(ours, Header.MESSAGE_COUNT, where) if Header.MESSAGE_COUNT in ours else None,
-        created_at_ms=_int(ours, Header.CREATED_AT, where),
-        check_count=_int(ours, Header.CHECK_COUNT, where),
-        check_immunity_s=(
-            _int(ours, Header.CHECK_IMMUNITY_S, where)
-            if Header.CHECK_IMMUNITY_S.value in ours
-            else None
-        ),
-        origin_offset=(
-            _int(ours, Header.ORIGIN_OFFSET, where) if Header.ORIGIN_OFFSET.value in ours else None
-        ),
-        partition=partition,
-        offset=offset,
-        timestamp_ms=timestamp_ms,
-        raw_headers=tuple((n, v.encode() if isinstance(v, str) else (v or b"")) for n, v in pairs),
-    )
+    try:
+        return HalfRecord(
+            txn_id=validate_transaction_id(ours[_TXN].decode()),
+            producer_group=ours[_GROUP].decode(),
+            message=HalfMessage(
+                topic=ours[_TOPIC].decode(),
+                value=value,
+                key=ours.get(_KEY),
+                headers=tuple(user),
+            ),
+            index=int(ours[_INDEX]),
+            count=int(ours[_COUNT]) if _COUNT in ours else None,
+            created_at_ms=int(ours[_CREATED]),
+            check_count=int(ours[_CHECKS]),
+            check_immunity_s=int(ours[_IMMUNITY]) if _IMMUNITY in ours else None,
+            origin_offset=int(ours[_ORIGIN]) if _ORIGIN in ours else None,
+            partition=partition,
+            offset=offset,
+            timestamp_ms=timestamp_ms,
+            raw_headers=tuple(normalized),
+        )
+    except (KeyError, UnicodeDecodeError, ValueError) as err:
+        # The fast path failed: name exactly what is wrong.
+        for header in HALF_HEADERS:
+            _text(ours, header, where)
+        for header in (*HALF_HEADERS, Header.MESSAGE_COUNT, Header.CHECK_IMMUNITY_S):
+            if header.value in ours and header not in (
+                Header.SCHEMA_VERSION,
+                Header.TXN_ID,
+                Header.PRODUCER_GROUP,
+                Header.REAL_TOPIC,
+            ):
+                _int(ours, header, where)
+        raise ProtocolError(f"{where}: {err}") from err
 
 
 def copy_headers(record: HalfRecord) -> HeaderList:

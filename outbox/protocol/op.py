@@ -68,7 +68,7 @@ def decode_op(
         return None
     where = f"op record at partition {partition} offset {offset}"
     try:
-        doc = json.loads(value)
+        doc = json.loads(value.decode())  # bytes would make json sniff the encoding first
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ProtocolError(f"{where} is not a JSON document: {err}") from err
     if not isinstance(doc, dict):
