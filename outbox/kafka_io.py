@@ -164,10 +164,12 @@ class KafkaIO:
             raise HalfSendError(f"cannot send a half message: {err}", kafka_error) from err
 
     def send_op(self, op: OpRecord) -> bool:
-        """Send an op record and wait up to ``op_timeout_s``; False (logged) when it failed.
+        """Send an op record; False (logged, counted) when it failed.
 
-        Failure is not raised: the transaction is already decided in the database, and the
-        checker resolves it from there.
+        One-way by default, as RocketMQ's end-transaction: True means queued, and a failed
+        delivery is counted and logged from its delivery report. With ``wait_for_op`` the call
+        waits up to ``op_timeout_s`` for the acknowledgement. Failure is never raised: the
+        transaction is already decided in the database, and the checker resolves it from there.
         """
         if self._closed.is_set():
             self.ops_failed += 1
@@ -175,22 +177,34 @@ class KafkaIO:
             return False
         key, value = encode_op(op)
         waiter = _Waiter(1)
+        wait = self.settings.wait_for_op
         try:
             self._p.produce(
                 self.settings.topics.op,
                 key=key,
                 value=value,
                 partition=op.half_partition,
-                on_delivery=waiter.callback(0),
+                on_delivery=waiter.callback(0) if wait else self._op_delivered(op),
             )
         except Exception as err:
             return self._op_failed(op, repr(err))
+        if not wait:
+            return True
         if not waiter.done.wait(self.settings.op_timeout_s):
             return self._op_failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
         if waiter.errors:
             return self._op_failed(op, waiter.errors[0].str())
         self.ops_sent += 1
         return True
+
+    def _op_delivered(self, op: OpRecord) -> Callable[[KafkaError | None, Message], None]:
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                self.ops_sent += 1
+            else:
+                self._op_failed(op, err.str())
+
+        return on_delivery
 
     def _op_failed(self, op: OpRecord, why: str) -> bool:
         self.ops_failed += 1

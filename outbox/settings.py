@@ -29,8 +29,12 @@ class OutboxSettings:
         max_message_bytes: largest serialized value accepted by ``send()``. Defaults to 1 MiB.
         send_timeout_s: how long one half send may wait for its acknowledgement. Defaults to 10 s.
         send_attempts: attempts at a half send before giving up (tenacity). Defaults to 3.
-        op_timeout_s: how long to wait for an op record's acknowledgement before leaving the
-            decision to the checker. Defaults to 5 s.
+        wait_for_op: wait for the op record's acknowledgement before the transaction call
+            returns. Off by default: the op is sent one-way, as RocketMQ's end-transaction,
+            saving a round trip per transaction; a lost op is counted, logged and resolved by
+            the checker. Env: ``OUTBOX_WAIT_FOR_OP``.
+        op_timeout_s: with ``wait_for_op``, how long to wait for the acknowledgement before
+            leaving the decision to the checker. Defaults to 5 s.
         kafka: extra librdkafka settings for the producer (passed through untouched).
     """
 
@@ -42,6 +46,7 @@ class OutboxSettings:
     max_message_bytes: int = 1024 * 1024
     send_timeout_s: float = 10.0
     send_attempts: int = 3
+    wait_for_op: bool = False
     op_timeout_s: float = 5.0
     kafka: Mapping[str, Any] = field(default_factory=dict)
 

@@ -50,6 +50,8 @@ log = logging.getLogger("relay")
 #: An op waiting this long for its half records makes the relay ask the broker whether they
 #: can exist at all (an op naming offsets past the partition's end is rejected).
 VERIFY_AFTER_S = 5.0
+#: How often the loop measures its lag for ``/metrics``.
+LAG_EVERY_S = 2.0
 
 
 class _Restart(Exception):
@@ -75,6 +77,8 @@ class Relay:
         self._paused: set[int] = set()
         self._parked_logged: set[str] = set()
         self._copies_end: dict[int, int] = {}
+        self._lag: dict[tuple[str, int], int] = {}
+        self._lag_at = 0.0
         #: (half partitions, op partitions) of the last assignment, as the group gave them.
         self.assigned: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
         self._failures: list[tuple[str | None, str]] = []
@@ -213,6 +217,9 @@ class Relay:
             ):
                 self._commit_batch()
                 last, read = time.monotonic(), 0
+            if now - self._lag_at >= LAG_EVERY_S:
+                self._measure_lag()
+                self._lag_at = now
         self._commit_batch(timeout=self.settings.shutdown_grace_s)
 
     # -- input -----------------------------------------------------------------------------
@@ -599,9 +606,14 @@ class Relay:
         return totals
 
     def lag(self) -> dict[tuple[str, int], int]:
+        """Lag as of the loop's last look (the HTTP thread must not call into the consumer:
+        librdkafka blocks it while the loop consumes)."""
+        return dict(self._lag)
+
+    def _measure_lag(self) -> None:
         consumer = self._consumer
         if consumer is None:
-            return {}
+            return
         lag = {}
         for p, (half, op, _) in list(self._committed.items()):
             for topic, committed in ((self.names.half, half), (self.names.op, op)):
@@ -610,7 +622,7 @@ class Relay:
                 except KafkaException:
                     continue
                 lag[(topic, p)] = max(int(high) - committed, 0)
-        return lag
+        self._lag = lag
 
     def stats(self) -> dict[str, int]:
         """Totals plus what is held now."""

@@ -98,7 +98,14 @@ def test_unknown_decorator_options_are_refused_at_decoration_time() -> None:
         def place() -> None: ...
 
 
-def test_a_decorated_function_without_configuration_says_how_to_configure() -> None:
+def test_a_decorated_function_without_configuration_says_how_to_configure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import outbox.decorator
+
+    # whatever an earlier test (or the in-process demo) configured, this one has nothing
+    monkeypatch.setattr(outbox.decorator, "_defaults", outbox.decorator._Defaults())
+
     @outbox.transactional
     def place() -> None: ...
 
