@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.protocol.half import HalfRecord, copy_headers, decode_half
+from outbox.protocol.headers import Header
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.service_http import ServiceEndpoint
 from relay.metrics import RelayMetrics
@@ -64,6 +65,7 @@ class Relay:
     def __init__(self, settings: RelaySettings) -> None:
         self.settings = settings
         self.names = settings.topics
+        self._half = self.names.half
         self.states: dict[int, PartitionState] = {}
         self.dead_lettered = 0
         self.aborts = 0
@@ -236,7 +238,7 @@ class Relay:
             return  # not co-assigned (both topics must have equal partition counts)
         offset = int(msg.offset() or 0)
         try:
-            if msg.topic() == self.names.half:
+            if msg.topic() == self._half:
                 state.add_half(
                     decode_half(
                         value=msg.value(),
@@ -256,7 +258,7 @@ class Relay:
                 state.add_op(offset, op)
         except ProtocolError as err:
             bad = _bad(msg, state.partition, offset, str(err))
-            state.add_bad(bad, half=msg.topic() == self.names.half)
+            state.add_bad(bad, half=msg.topic() == self._half)
 
     def _flow_control(self) -> None:
         """Pause reading an op partition whose queue is long; resume it once it drained."""
@@ -422,7 +424,7 @@ class Relay:
     def _emit(self, partition: int, action: Action) -> None:
         if isinstance(action, Promote):
             for record in action.records:
-                self._produce(promoted(record), action.op.txn_id)
+                self._produce(promoted(record))
         elif isinstance(action, PutBack):
             for record in action.records:
                 self._produce(
@@ -432,8 +434,7 @@ class Relay:
                         record.message.value,
                         list(copy_headers(record)),
                         partition=partition,
-                    ),
-                    None,
+                    )
                 )
         elif isinstance(action, Reject):
             self._reject(action)
@@ -478,29 +479,34 @@ class Relay:
                 key=key,
                 value=value,
                 headers=headers,
-            ),
-            None,
+            )
         )
 
-    def _produce(self, out: Outgoing, txn_id: str | None) -> None:
+    def _produce(self, out: Outgoing, txn_id: str | None = None) -> None:
+        """Queue one record of the open Kafka transaction (the hot path: no per-record
+        closure, positional arguments)."""
         assert self._producer is not None
-        kwargs: dict[str, Any] = {"key": out.key, "value": out.value, "headers": out.headers}
-        if out.partition is not None:
-            kwargs["partition"] = out.partition
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is not None:
-                self._failures.append((txn_id, f"{msg.topic()}: {err.str()}"))
-            elif msg.topic() == self.names.half and msg.partition() is not None:
-                p, end = int(msg.partition() or 0), int(msg.offset() or 0) + 1
-                self._copies_end[p] = max(self._copies_end.get(p, 0), end)
-
+        partition = -1 if out.partition is None else out.partition  # -1: the partitioner
         while True:
             try:
-                self._producer.produce(out.topic, on_delivery=delivered, **kwargs)
+                self._producer.produce(
+                    out.topic, out.value, out.key, partition, self._delivered, headers=out.headers
+                )
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
+
+    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
+        topic = msg.topic()
+        if err is not None:
+            # a promoted record names its transaction in a header: that one gets parked
+            txn_id = dict(msg.headers() or {}).get(Header.TXN_ID.value)
+            txn = txn_id.decode() if isinstance(txn_id, bytes) and topic != self._half else None
+            self._failures.append((txn, f"{topic}: {err.str()}"))
+        elif topic == self._half:
+            p, end = int(msg.partition() or 0), int(msg.offset() or 0) + 1
+            if end > self._copies_end.get(p, 0):
+                self._copies_end[p] = end
 
     # -- partitions ------------------------------------------------------------------------
 

@@ -132,8 +132,8 @@ class RelaySettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> RelaySettings:
-        """Settings from ``OUTBOX_RELAY_*`` variables (``OUTBOX_BOOTSTRAP_SERVERS`` is
-        shared); keyword arguments win.
+        """Settings from ``OUTBOX_RELAY_*`` variables (``OUTBOX_BOOTSTRAP_SERVERS`` and
+        ``OUTBOX_TOPIC_PREFIX`` are shared with the producers); keyword arguments win.
 
         Raises:
             ConfigurationError: naming the variable and its bad value.
@@ -144,5 +144,8 @@ class RelaySettings:
             env,
             overrides,
             required=("bootstrap_servers",),
-            fallbacks={"bootstrap_servers": "OUTBOX_BOOTSTRAP_SERVERS"},
+            fallbacks={
+                "bootstrap_servers": "OUTBOX_BOOTSTRAP_SERVERS",
+                "topic_prefix": "OUTBOX_TOPIC_PREFIX",
+            },
         )

@@ -120,15 +120,20 @@ def decode_half(
     """
     ours: dict[str, bytes] = {}
     user: list[tuple[str, bytes]] = []
-    normalized: list[tuple[str, bytes]] = []
-    pairs = headers.items() if isinstance(headers, Mapping) else (headers or ())
-    for name, raw in pairs:
-        data = raw if type(raw) is bytes else (raw.encode() if isinstance(raw, str) else b"")
-        normalized.append((name, data))
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else (headers or [])
+    normalized = pairs
+    for _, raw in pairs:
+        if type(raw) is not bytes:  # None or str: normalise them all (rare: not from Kafka)
+            normalized = [
+                (n, v if type(v) is bytes else (v.encode() if isinstance(v, str) else b""))
+                for n, v in pairs
+            ]
+            break
+    for name, data in normalized:
         if name.startswith(RESERVED_HEADER_PREFIX):
-            ours[name] = data
+            ours[name] = data  # type: ignore[assignment]
         else:
-            user.append((name, data))
+            user.append((name, data))  # type: ignore[arg-type]
     version = ours.get(_SCHEMA)
     if version != _VERSION:
         raise UnknownSchemaVersionError(
@@ -155,7 +160,7 @@ def decode_half(
             partition=partition,
             offset=offset,
             timestamp_ms=timestamp_ms,
-            raw_headers=tuple(normalized),
+            raw_headers=tuple(normalized),  # type: ignore[arg-type]
         )
     except (KeyError, UnicodeDecodeError, ValueError) as err:
         # The fast path failed: name exactly what is wrong.
