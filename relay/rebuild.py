@@ -88,13 +88,18 @@ class OpHistory:
             }
         )
 
-    def start_for_time(self, partition: int, ms: int) -> int:
-        """The first offset of ``partition`` with a timestamp at or after ``ms``."""
-        found = self._consumer.offsets_for_times([TopicPartition(self.topic, partition, ms)], 10)
-        offset = found[0].offset
-        if offset < 0:  # nothing that recent: the end
-            return int(self._consumer.get_watermark_offsets(found[0], timeout=10)[1])
-        return int(offset)
+    def starts_for_time(self, partitions: Iterable[int], ms: int) -> dict[int, int]:
+        """The first offset of each partition with a timestamp at or after ``ms``, in one
+        request (asking partition by partition costs a round trip each on a rebalance)."""
+        wanted = [TopicPartition(self.topic, p, ms) for p in partitions]
+        if not wanted:
+            return {}
+        starts = {}
+        for tp in self._consumer.offsets_for_times(wanted, 10):
+            if tp.offset < 0:  # nothing that recent: the end
+                tp.offset = int(self._consumer.get_watermark_offsets(tp, timeout=10)[1])
+            starts[tp.partition] = int(tp.offset)
+        return starts
 
     def read(self, partition: int, start: int, end: int) -> list[OpRecord]:
         """Decodable ops with offsets in [start, end); undecodable ones were dead-lettered."""
@@ -145,13 +150,14 @@ def rebuild(
     progress: Progress,
     *,
     log_end: int,
-    window_start_ms: int,
+    window_start: int,
     max_held_records: int,
     decided_memory: int,
 ) -> PartitionState:
     """The state of a partition pair whose progress was committed as ``progress``;
-    ``log_end`` is the half partition's end, just read from the broker."""
-    start = min(progress.rebuild_from, history.start_for_time(partition, window_start_ms))
+    ``log_end`` is the half partition's end, just read from the broker; ``window_start`` the
+    first op offset of the trailing dedup window."""
+    start = min(progress.rebuild_from, window_start)
     ops = history.read(partition, max(start, 0), progress.op_offset)
     state = restore(
         progress,

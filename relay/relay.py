@@ -523,8 +523,7 @@ class Relay:
         self.assigned = (frozenset(half), frozenset(op))
         numbers = sorted(half & op)
         progress = self._progress(consumer, numbers)
-        for p in numbers:
-            self.states[p] = self._rebuilt(p, progress[p])
+        self.states.update(self._rebuilt_all(progress))
         for tp in partitions:
             if tp.partition in progress:
                 at = progress[tp.partition]
@@ -556,20 +555,25 @@ class Relay:
             self._committed[p] = (at.half_offset, at.op_offset, op.metadata or "")
         return progress
 
-    def _rebuilt(self, partition: int, progress: Progress) -> PartitionState:
+    def _rebuilt_all(self, progress: dict[int, Progress]) -> dict[int, PartitionState]:
         assert self._consumer is not None
-        _, end = self._consumer.get_watermark_offsets(
-            TopicPartition(self.names.half, partition), timeout=10, cached=False
-        )
-        return rebuild(
-            self._history,
-            partition,
-            progress,
-            log_end=int(end),
-            window_start_ms=int((time.time() - self.settings.dedup_window_s) * 1000),
-            max_held_records=self.settings.max_held_records,
-            decided_memory=self.settings.decided_memory,
-        )
+        window_ms = int((time.time() - self.settings.dedup_window_s) * 1000)
+        starts = self._history.starts_for_time(progress, window_ms)
+        states = {}
+        for p, at in progress.items():
+            _, end = self._consumer.get_watermark_offsets(
+                TopicPartition(self.names.half, p), timeout=10, cached=False
+            )
+            states[p] = rebuild(
+                self._history,
+                p,
+                at,
+                log_end=int(end),
+                window_start=starts[p],
+                max_held_records=self.settings.max_held_records,
+                decided_memory=self.settings.decided_memory,
+            )
+        return states
 
     def _rewind(self) -> None:
         """Throw the in-memory state away; read again from the committed progress."""
@@ -578,7 +582,7 @@ class Relay:
         for state in self.states.values():
             self._retire(state)
         progress = self._progress(self._consumer, numbers)
-        self.states = {p: self._rebuilt(p, progress[p]) for p in numbers}
+        self.states = self._rebuilt_all(progress)
         try:
             for p in numbers:
                 at = progress[p]
