@@ -3,6 +3,7 @@
 #   postgresql      - the local-process PostgreSQL provider, and the binaries of the built image
 #   podman runc     - the containers provider on machines without a Docker engine
 #   busybox-static  - /bin/sh inside the images built from this machine's JDK and PostgreSQL
+#   chromium        - headless browser that renders the audit's HTML report in its test
 # As root with apt-get it installs them; otherwise it says what to install and exits 0, so that
 # machines set up by hand (or with Docker) are not blocked.
 set -euo pipefail
@@ -11,6 +12,7 @@ need=()
 command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v chromium >/dev/null || need+=(chromium)
 if ! docker info >/dev/null 2>&1; then
   command -v podman >/dev/null || need+=(podman)
   command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need+=(runc)

@@ -1,0 +1,195 @@
+"""One audit run: read, judge, count, write the outputs, give the verdict.
+
+:func:`run_audit` works on any SparkSession (``local[*]``, a cluster, a test's); the CLI
+(:mod:`checker.audit.cli`) starts one and maps the verdict to an exit code.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame
+
+from checker.audit import ledger as ledger_mod
+from checker.audit.bounds import describe
+from checker.audit.findings import FINDINGS, decisions, delivery, evidence, order
+from checker.audit.output import finish_summary, write_finding, write_report
+from checker.audit.settings import AuditSettings, Resolved
+from checker.audit.source import AuditInputs, load_inputs, typed
+from checker.audit.stats import histograms
+from checker.audit.stats import statistics as statistics_of
+
+#: Spark jobs submitted at once (materialising sources, writing findings).
+PARALLEL_JOBS = 4
+
+
+@dataclass
+class AuditResult:
+    """The verdict, the summary written to ``summary.json`` and the findings (cached)."""
+
+    summary: dict[str, Any]
+    findings: dict[str, DataFrame] = field(default_factory=dict)
+    out_dir: Path = Path(".")
+
+    @property
+    def clean(self) -> bool:
+        return bool(self.summary["verdict"] == "clean")
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {name: int(f["count"]) for name, f in self.summary["findings"].items()}
+
+    @property
+    def report_path(self) -> Path:
+        return self.out_dir / "report.html"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.out_dir / "summary.json"
+
+    def txn_ids(self, name: str) -> set[str]:
+        """The distinct transaction ids of one finding (collected: for tests and small runs)."""
+        frame = self.findings[name].select("txn_id").distinct()
+        return {r["txn_id"] for r in frame.collect()}
+
+
+def compute_findings(
+    inputs: AuditInputs, settings: AuditSettings, resolved: Resolved
+) -> tuple[dict[str, DataFrame], DataFrame]:
+    """Every finding as a DataFrame, and the (cached) ledger they were judged on."""
+    frames = typed(inputs)
+    halves, ops, promoted = frames["halves"], frames["ops"], frames["promoted"]
+    delivered = ledger_mod.deliveries(promoted).persist(StorageLevel.MEMORY_AND_DISK)
+    txns = ledger_mod.transactions(ledger_mod.messages(halves))
+    ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
+    book = ledger_mod.ledger(txns, ledger_mod.decisions(ops), delivered)
+    book = book.persist(StorageLevel.MEMORY_AND_DISK)
+    as_of, grace, window = resolved.as_of_ms, settings.grace_ms, settings.window_ms
+    found: dict[str, DataFrame] = {
+        "lost": delivery.lost(book, as_of_ms=as_of, grace_ms=grace),
+        "partial": delivery.partial(book, as_of_ms=as_of, grace_ms=grace),
+        "phantom": delivery.phantom(promoted, book),
+        "duplicate": delivery.duplicate(delivered, book),
+        "out_of_order": order.out_of_order(promoted, book),
+        "stuck": decisions.stuck(book, as_of_ms=as_of, window_ms=window),
+        "given_up": decisions.given_up(book, inputs.dead_letters),
+        "conflicting_decisions": decisions.conflicting_decisions(ops, book),
+        "unreadable": inputs.unreadable,
+    }
+    if inputs.evidence is not None:
+        found["evidence_without_commit"] = evidence.evidence_without_commit(
+            book, inputs.evidence, as_of_ms=as_of, window_ms=window
+        )
+        found["commit_without_evidence"] = evidence.commit_without_evidence(
+            book, inputs.evidence, groups=settings.evidence_groups
+        )
+    ordered = {name: found[name] for name in FINDINGS if name in found}
+    cached = {
+        n: f if f.is_cached else f.persist(StorageLevel.MEMORY_AND_DISK) for n, f in ordered.items()
+    }
+    return cached, book
+
+
+def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None) -> AuditResult:
+    """Audit what the topics hold and write ``summary.json``, ``report.html`` and the Parquet
+    findings under ``settings.out_dir``.
+
+    Independent Spark jobs (materialising the sources, each finding, the statistics) are
+    submitted from a few threads at once: on small data they wait on scheduling and file
+    commits more than on CPU.
+
+    Raises:
+        AuditConfigError: bad settings, or the internal topics do not exist.
+        AuditSourceError: Kafka or the evidence database could not be read.
+    """
+    clock = _Phases()
+    resolved = settings.resolve(now_ms=now_ms if now_ms is not None else int(time.time() * 1000))
+    out_dir = Path(settings.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    parquet_root = settings.parquet_dir or str(out_dir / "findings")
+    with ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="audit") as pool:
+        inputs = load_inputs(spark, settings, resolved)
+        sources = {
+            "half_records_read": inputs.halves,
+            "op_records_read": inputs.ops,
+            "real_records_read": inputs.promoted,
+            "dead_letters_read": inputs.dead_letters,
+        }
+        materialised = [pool.submit(f.count) for f in (*sources.values(), inputs.unreadable)]
+        if inputs.evidence is not None:
+            materialised.append(pool.submit(inputs.evidence.count))
+        read = dict(zip(sources, [f.result() for f in materialised], strict=False))
+        clock.lap("read")
+        found, book = compute_findings(inputs, settings, resolved)
+        book.count()
+        clock.lap("ledger")
+        stats = pool.submit(
+            statistics_of,
+            book,
+            as_of_ms=resolved.as_of_ms,
+            grace_ms=settings.grace_ms,
+            window_ms=settings.window_ms,
+        )
+        bins = pool.submit(histograms, book)
+        outputs = {
+            name: pool.submit(
+                write_finding,
+                name,
+                frame,
+                parquet_root=parquet_root,
+                report_rows=settings.report_rows,
+            )
+            for name, frame in found.items()
+        }
+        written = {name: future.result() for name, future in outputs.items()}
+        counted, latency = stats.result()
+        histogram_bins = bins.result()
+        clock.lap("findings and statistics")
+    summary = finish_summary(
+        {
+            "parameters": _parameters(settings, resolved, inputs),
+            "statistics": {**read, **counted},
+            "latency_ms": latency,
+            "report": str(out_dir / "report.html"),
+            "timings_s": clock.laps,
+        },
+        written,
+    )
+    write_report(summary, written, histogram_bins, out_dir)
+    return AuditResult(summary=summary, findings=found, out_dir=out_dir)
+
+
+class _Phases:
+    """Seconds spent in each phase of the run, for the summary (where did the time go?)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self._last = time.monotonic()
+
+    def lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.laps[name] = round(now - self._last, 1)
+        self.laps["total"] = round(sum(v for k, v in self.laps.items() if k != "total"), 1)
+        self._last = now
+
+
+def _parameters(settings: AuditSettings, resolved: Resolved, inputs: AuditInputs) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": settings.bootstrap_servers,
+        "topic_prefix": settings.topic_prefix,
+        "from": describe(resolved.start),
+        "to": describe(resolved.end),
+        "as_of_ms": resolved.as_of_ms,
+        "grace_ms": settings.grace_ms,
+        "window_ms": settings.window_ms,
+        "lookback_ms": settings.lookback_ms,
+        "real_topics": inputs.real_topics,
+        "missing_real_topics": inputs.missing_real_topics,
+        "partitions": dict(sorted(inputs.partitions.items())),
+        "evidence": settings.evidence_table if settings.evidence_url else None,
+    }

@@ -1,0 +1,181 @@
+"""From typed records to one row per transaction: what was sent, decided and delivered.
+
+- :func:`messages`: one row per message, (txn id, message index), put-back copies folded in;
+- :func:`transactions`: the half-topic view of each transaction;
+- :func:`decisions`: the op-topic view: the winning terminal op (the first one after the latest
+  RESUMED), who decided and when;
+- :func:`deliveries`: the real-topic view: which messages arrived, how often, when;
+- :func:`ledger`: all three joined, with ``in_scope`` (its first half record lies in the range).
+
+All pure functions on DataFrames; :mod:`checker.audit.records` makes their inputs.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from outbox.protocol.states import TERMINAL_STATES, OpState
+
+TERMINAL = sorted(s.value for s in TERMINAL_STATES)
+
+
+def _original_first(*columns: str) -> list[Column]:
+    """Values of the original record, not of a put-back copy (copies come later)."""
+    order = F.struct(F.col("is_copy"), F.col("offset"))
+    return [F.min_by(F.col(c), order).alias(c) for c in columns]
+
+
+def messages(halves: DataFrame) -> DataFrame:
+    """One row per (txn_id, message_index): copies deduplicated, never a second message.
+
+    ``in_range`` / ``has_original`` come from the original record: a message known only from a
+    copy began before what was read and is out of scope.
+    """
+    df = halves.withColumn("is_copy", F.col("origin_offset").isNotNull()).withColumn(
+        "original_offset", F.coalesce(F.col("origin_offset"), F.col("offset"))
+    )
+    return df.groupBy("txn_id", "message_index").agg(
+        *_original_first("producer_group", "real_topic", "real_key", "partition"),
+        F.min("original_offset").alias("original_offset"),
+        F.min("ts_ms").alias("first_ts_ms"),
+        F.max(F.col("in_range") & ~F.col("is_copy")).alias("in_range"),
+        F.max(~F.col("is_copy")).alias("has_original"),
+        F.sum(F.col("is_copy").cast("int")).alias("copies"),
+        F.max("check_count").alias("check_count"),
+        F.max("message_count").alias("message_count"),
+    )
+
+
+def transactions(messages_df: DataFrame) -> DataFrame:
+    """One row per transaction seen on the half topic."""
+    by_index = F.sort_array(F.collect_list(F.struct("message_index", "original_offset")))
+    first = F.struct(F.col("first_ts_ms"), F.col("message_index"))
+    return messages_df.groupBy("txn_id").agg(
+        F.first("producer_group").alias("producer_group"),
+        F.min("partition").alias("half_partition"),
+        F.transform(by_index, lambda m: m["original_offset"]).alias("half_offsets"),
+        F.min("first_ts_ms").alias("first_half_ms"),
+        F.count(F.lit(1)).alias("messages_seen"),
+        F.max("message_count").alias("announced_count"),
+        F.array_sort(F.collect_set("real_topic")).alias("real_topics"),
+        F.min_by(F.col("in_range") & F.col("has_original"), first).alias("half_in_range"),
+        F.sum("copies").alias("copies"),
+        F.max("check_count").alias("check_count"),
+    )
+
+
+def ranked_ops(ops: DataFrame) -> DataFrame:
+    """Ops with their epoch (RESUMED ops seen so far) and their rank among the terminal ops of
+    their epoch, in op-topic order. Rank 1 is the epoch's decision. Ops ranked already (one
+    cached ranking serves :func:`decisions` and the conflicts finding) are returned as they are.
+    """
+    if {"epoch", "terminal", "rank"} <= set(ops.columns):
+        return ops
+    order = Window.partitionBy("txn_id").orderBy("partition", "offset")
+    df = ops.withColumn(
+        "epoch",
+        F.sum((F.col("state") == F.lit(OpState.RESUMED.value)).cast("int")).over(
+            order.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        ),
+    ).withColumn("terminal", F.col("state").isin(TERMINAL))
+    by_epoch = Window.partitionBy("txn_id", "epoch", "terminal").orderBy("partition", "offset")
+    return df.withColumn(
+        "rank", F.when(F.col("terminal"), F.row_number().over(by_epoch)).otherwise(F.lit(None))
+    )
+
+
+def decisions(ops: DataFrame) -> DataFrame:
+    """One row per transaction seen on the op topic: its decision.
+
+    ``state`` is the winning terminal op of the latest epoch, or ``RESUMED`` when an operator
+    resumed it and no terminal op followed yet; ``decision_ms`` is that op's broker time.
+    """
+    ranked = ranked_ops(ops)
+    last_epoch = F.max("epoch").over(Window.partitionBy("txn_id"))
+    ranked = ranked.withColumn("last_epoch", last_epoch)
+    winners = ranked.filter((F.col("rank") == 1) & (F.col("epoch") == F.col("last_epoch")))
+    summary = ranked.groupBy("txn_id").agg(
+        F.min_by(F.col("producer_group"), F.struct("partition", "offset")).alias("op_group"),
+        F.min_by(F.col("half_partition"), F.struct("partition", "offset")).alias("op_partition"),
+        F.min_by(F.col("in_range"), F.struct("partition", "offset")).alias("op_in_range"),
+        F.min("ts_ms").alias("first_op_ms"),
+        F.max(F.when(F.col("state") == OpState.RESUMED.value, F.col("ts_ms"))).alias("resumed_ms"),
+        F.sum((F.col("terminal") & (F.col("rank") > 1)).cast("int")).alias("repeated_ops"),
+    )
+    decided = winners.select(
+        "txn_id",
+        "state",
+        "decided_by",
+        "decided_at_ms",
+        "reason",
+        F.col("ts_ms").alias("decision_ms"),
+        F.col("partition").alias("decision_partition"),
+        F.col("offset").alias("decision_offset"),
+        F.col("half_offsets").alias("op_half_offsets"),
+        F.col("message_count").alias("op_message_count"),
+    )
+    joined = summary.join(decided, "txn_id", "left")
+    return joined.withColumn(
+        "state",
+        F.when(
+            F.col("state").isNull() & F.col("resumed_ms").isNotNull(), F.lit("RESUMED")
+        ).otherwise(F.col("state")),
+    )
+
+
+def deliveries(promoted: DataFrame) -> DataFrame:
+    """One row per (txn_id, message_index) found on the real topics, with how often."""
+    ours = promoted.filter(F.col("txn_id").isNotNull())
+    first = F.struct("ts_ms", "topic", "partition", "offset")
+    return ours.groupBy("txn_id", "message_index").agg(
+        F.count(F.lit(1)).alias("times"),
+        F.min("ts_ms").alias("first_ms"),
+        F.min_by(F.col("topic"), first).alias("topic"),
+        F.min_by(F.col("partition"), first).alias("partition"),
+        F.min_by(F.col("offset"), first).alias("offset"),
+        F.sort_array(F.collect_list(F.struct("topic", "partition", "offset", "ts_ms"))).alias(
+            "records"
+        ),
+    )
+
+
+def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFrame:
+    """One row per transaction known from the half or op topic.
+
+    ``in_scope``: its first half record is in range; for a transaction with no half record in
+    what was read, its first op is. ``expected`` is the COMMIT op's message count (the op's
+    count rules), else the count the halves announce or show. ``delivered_indices`` lists the
+    messages found on the real topics.
+    """
+    per_txn = delivered.groupBy("txn_id").agg(
+        F.array_sort(F.collect_list("message_index")).alias("delivered_indices"),
+        F.sum("times").alias("promoted_records"),
+        F.min("first_ms").alias("first_promoted_ms"),
+        F.max("first_ms").alias("last_promoted_ms"),
+    )
+    df = txns.join(decided, "txn_id", "full_outer").join(per_txn, "txn_id", "left")
+    expected = F.when(F.col("state") == OpState.COMMIT.value, F.col("op_message_count")).otherwise(
+        F.coalesce(F.col("announced_count"), F.col("messages_seen"), F.col("op_message_count"))
+    )
+    indices = F.coalesce(F.col("delivered_indices"), F.array().cast("array<int>"))
+    valid = F.filter(indices, lambda i: (i >= 0) & (i < F.col("expected")))
+    return (
+        df.withColumns(
+            {
+                "in_scope": F.coalesce(
+                    F.when(F.col("first_half_ms").isNotNull(), F.col("half_in_range")),
+                    F.col("op_in_range"),
+                    F.lit(False),
+                ),
+                "producer_group": F.coalesce(F.col("producer_group"), F.col("op_group")),
+                "half_partition": F.coalesce(F.col("half_partition"), F.col("op_partition")),
+                "half_offsets": F.coalesce(F.col("half_offsets"), F.col("op_half_offsets")),
+                "expected": expected,
+                "promoted_records": F.coalesce(F.col("promoted_records"), F.lit(0)),
+                "delivered_indices": indices,
+            }
+        )
+        .withColumn("delivered", F.size(F.array_distinct(valid)))
+        .drop("op_group", "op_partition", "op_half_offsets")
+    )

@@ -1,0 +1,138 @@
+"""Starting Spark for an audit: ``local[*]`` with the project's cached jars, or spark-submit's.
+
+Spark's Kafka source (``spark-sql-kafka-0-10``) and the PostgreSQL JDBC driver come from Maven
+Central through ``make jars`` into ``.cache/jvm/spark``; Spark's own ``--packages`` resolver does
+not use Maven's settings, so the jars are passed with ``spark.jars``. Under ``spark-submit`` the
+session, its master and its jars are spark-submit's and are left alone.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from checker.audit.errors import AuditConfigError, AuditSourceError
+
+DEFAULT_MASTER = "local[*]"
+APP_NAME = "kafka-outbox-audit"
+
+
+def local_defaults() -> dict[str, str]:
+    """Settings of a session the audit starts itself (spark-submit's are left alone).
+
+    Few shuffle partitions: one machine gains nothing from Spark's default of 200, and every
+    small stage would pay for them.
+    """
+    return {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(max(4, 2 * (os.cpu_count() or 2))),
+        # the ledger's plans are wide; Spark warns when it shortens their description
+        "spark.sql.debug.maxToStringFields": "200",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_log_config()}",
+    }
+
+
+#: Spark's warnings to stderr, one line each, without the start-up chatter an audit run does
+#: not need (the native-Hadoop and loopback-address notices).
+LOG4J2 = """\
+rootLogger.level = warn
+rootLogger.appenderRef.stderr.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+logger.utils.name = org.apache.spark.util.Utils
+logger.utils.level = error
+"""
+
+
+def _log_config() -> Path:
+    path = Path(tempfile.gettempdir()) / "kafka-outbox-audit-log4j2.properties"
+    if not path.exists() or path.read_text() != LOG4J2:
+        path.write_text(LOG4J2)
+    return path
+
+
+def cached_jars_dir() -> Path:
+    """``$OUTBOX_CACHE_DIR/jvm/spark``, else the checkout's ``.cache/jvm/spark``."""
+    cache = os.environ.get("OUTBOX_CACHE_DIR")
+    if cache:
+        return Path(cache) / "jvm" / "spark"
+    checkout = Path(__file__).resolve().parents[2]
+    return checkout / ".cache" / "jvm" / "spark"
+
+
+def connector_jars(jars_dir: Path) -> list[Path]:
+    """The jars of ``jars_dir``, which must include Spark's Kafka source.
+
+    Raises:
+        AuditConfigError: no ``spark-sql-kafka`` jar there; the message says how to get it.
+    """
+    jars = sorted(jars_dir.glob("*.jar"))
+    if not any(j.name.startswith("spark-sql-kafka") for j in jars):
+        raise AuditConfigError(
+            f"no spark-sql-kafka jar in {jars_dir}: run `make jars` (Maven Central), pass "
+            "--jars-dir, or run under spark-submit with --jars / --packages "
+            "org.apache.spark:spark-sql-kafka-0-10_2.13:<pyspark version>"
+        )
+    return jars
+
+
+def under_spark_submit() -> bool:
+    """True in a driver started by ``spark-submit`` (it hands Python its JVM gateway)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+@dataclass
+class Session:
+    """A SparkSession and whether this audit started it (and so must stop it)."""
+
+    spark: Any
+    owned: bool
+
+    def close(self) -> None:
+        if self.owned:
+            self.spark.stop()
+
+
+def start_session(
+    *,
+    master: str | None = None,
+    jars_dir: Path | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> Session:
+    """The running session if there is one (tests, notebooks, spark-submit), else a new one.
+
+    Raises:
+        AuditConfigError: the Kafka source's jars are missing.
+        AuditSourceError: Spark (Java) could not start.
+    """
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return Session(active, owned=False)
+    builder = SparkSession.builder.appName(APP_NAME)
+    settings = dict(conf or {})
+    if not under_spark_submit():
+        builder = builder.master(master or DEFAULT_MASTER)
+        jars = connector_jars(jars_dir or cached_jars_dir())
+        builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
+        settings = {**local_defaults(), **settings}
+    elif master:
+        builder = builder.master(master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as err:  # py4j / JVM start-up failures have no common base class
+        raise AuditSourceError(f"Spark could not start: {err}") from err
+    spark.sparkContext.setLogLevel("WARN")
+    return Session(spark, owned=True)

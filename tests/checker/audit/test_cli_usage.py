@@ -1,0 +1,133 @@
+"""The CLI's usage errors exit 2 before Spark starts; importing it does not import Spark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from checker.audit.cli import EXIT_UNAVAILABLE, EXIT_USAGE, build_parser, main
+
+
+@pytest.fixture(autouse=True)
+def _no_audit_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "OUTBOX_BOOTSTRAP_SERVERS",
+        "OUTBOX_AUDIT_BOOTSTRAP_SERVERS",
+        "OUTBOX_CONFIG_FILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_help_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "--from" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "BOOTSTRAP_SERVERS"),
+        (["--bootstrap-servers", "k:1", "--from", "tomorrow"], "--from"),
+        (["--bootstrap-servers", "k:1", "--grace", "soon"], "--grace"),
+        (["--bootstrap-servers", "k:1", "--kafka-option", "nokey"], "KEY=VALUE"),
+        (["--bootstrap-servers", "k:1", "--to", "earliest"], "--to earliest"),
+        (["--bootstrap-servers", "k:1", "--jdbc-password-env", "NO_SUCH_VARIABLE_X"], "not set"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_problem(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == EXIT_USAGE
+    assert message in capsys.readouterr().err
+
+
+def test_an_unknown_option_is_argparse_usage_error() -> None:
+    assert main(["--no-such-option"]) == EXIT_USAGE
+
+
+def test_missing_spark_jars_exit_2_with_the_fix(
+    tmp_path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.sql import SparkSession
+
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    # as in a fresh process, even when another test of the session started Spark already
+    monkeypatch.setattr(SparkSession, "getActiveSession", classmethod(lambda cls: None))
+    code = main(["--bootstrap-servers", "k:1", "--jars-dir", str(tmp_path), "--out", str(tmp_path)])
+    assert code == EXIT_USAGE
+    assert "make jars" in capsys.readouterr().err
+
+
+def test_exit_codes_are_distinct() -> None:
+    assert len({0, 1, EXIT_USAGE, EXIT_UNAVAILABLE}) == 4
+
+
+def test_the_parser_has_the_documented_options() -> None:
+    options = {a for action in build_parser()._actions for a in action.option_strings}
+    for name in (
+        "--from",
+        "--to",
+        "--bootstrap-servers",
+        "--topic-prefix",
+        "--grace",
+        "--window",
+        "--out",
+        "--jdbc-url",
+        "--master",
+    ):
+        assert name in options
+
+
+def test_importing_the_cli_does_not_import_pyspark() -> None:
+    code = "import sys, checker.audit.cli; sys.exit(1 if 'pyspark' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+class _FakeSession:
+    spark = None
+    closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _summary(verdict: str) -> dict:
+    return {
+        "verdict": verdict,
+        "violations": 0 if verdict == "clean" else 3,
+        "findings": {"lost": {"count": 0 if verdict == "clean" else 3}},
+        "statistics": {"transactions": 5, "by_state": {}, "by_decider": {}},
+    }
+
+
+@pytest.mark.parametrize(("verdict", "code"), [("clean", 0), ("violations", 1)])
+def test_the_verdict_is_the_exit_code(
+    verdict: str, code: int, monkeypatch: pytest.MonkeyPatch, tmp_path, capsys
+) -> None:
+    import checker.audit.job as job
+    import checker.audit.session as session
+
+    fake = _FakeSession()
+    monkeypatch.setattr(session, "start_session", lambda **_: fake)
+    result = job.AuditResult(summary=_summary(verdict), out_dir=tmp_path)
+    monkeypatch.setattr(job, "run_audit", lambda spark, settings: result)
+
+    assert main(["--bootstrap-servers", "k:1", "--out", str(tmp_path)]) == code
+    assert fake.closed
+    assert str(tmp_path / "report.html") in capsys.readouterr().out
+
+
+def test_a_failure_mid_run_is_exit_3_never_a_verdict(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    import checker.audit.job as job
+    import checker.audit.session as session
+
+    def broken(spark, settings):
+        raise RuntimeError("executor lost")
+
+    monkeypatch.setattr(session, "start_session", lambda **_: _FakeSession())
+    monkeypatch.setattr(job, "run_audit", broken)
+    assert main(["--bootstrap-servers", "k:1", "--out", str(tmp_path)]) == EXIT_UNAVAILABLE

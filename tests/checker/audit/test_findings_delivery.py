@@ -1,0 +1,103 @@
+"""lost, partial, phantom, duplicate: exactly the seeded transactions, nothing else."""
+
+from __future__ import annotations
+
+import pytest
+
+from checker.audit.findings.delivery import duplicate, lost, partial, phantom
+from outbox.protocol.ids import new_transaction_id
+from tests.checker.audit.scenario import Scenario, ids
+
+pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
+
+AS_OF, GRACE = 100_000, 60_000
+
+
+def test_lost_and_partial_are_committed_messages_missing_after_the_grace_period(spark) -> None:
+    sc = Scenario()
+    fine = sc.txn(2)
+    sc.op(fine, "COMMIT", at=2_000)
+    sc.promote(fine, at=3_000)
+    gone = sc.txn(2)
+    sc.op(gone, "COMMIT", at=2_000)
+    half_there = sc.txn(3)
+    sc.op(half_there, "COMMIT", at=2_000)
+    sc.promote(half_there, [0, 2], at=3_000)
+    recent = sc.txn()
+    sc.op(recent, "COMMIT", at=AS_OF - GRACE + 1)
+    declined = sc.txn()
+    sc.op(declined, "ROLLBACK", at=2_000)
+    earlier = sc.txn(in_range=False)
+    sc.op(earlier, "COMMIT", at=2_000, in_range=False)
+    book, _ = sc.ledger(spark)
+
+    found_lost = lost(book, as_of_ms=AS_OF, grace_ms=GRACE)
+    found_partial = partial(book, as_of_ms=AS_OF, grace_ms=GRACE)
+
+    assert ids(found_lost) == {gone.txn_id}
+    assert ids(found_partial) == {half_there.txn_id}
+    assert found_lost.first().missing_indices == [0, 1]
+    row = found_partial.first()
+    assert (row.missing_indices, row.expected, row.delivered) == ([1], 3, 2)
+    assert row.half_offsets == half_there.offsets and row.decision_ms == 2_000
+
+
+def test_phantoms_are_records_without_a_commit_behind_them(spark) -> None:
+    sc = Scenario()
+    committed = sc.txn()
+    sc.op(committed, "COMMIT", at=2_000)
+    sc.promote(committed, at=3_000)
+    rolled_back = sc.txn()
+    sc.op(rolled_back, "ROLLBACK", at=2_000)
+    sc.promote(rolled_back, at=3_000)
+    given_up = sc.txn()
+    sc.op(given_up, "GIVEN_UP", at=2_000, by="checker")
+    sc.promote(given_up, at=3_000)
+    undecided = sc.txn()
+    sc.promote(undecided, at=3_000)
+    past_count = sc.txn()
+    sc.op(past_count, "COMMIT", at=2_000)
+    sc.promote(past_count, at=3_000)
+    sc.promoted.append(("orders", 0, 99, 3_000, b"k", past_count.txn_id, "g", 1, True))
+    orphan, old_orphan = new_transaction_id(), new_transaction_id()
+    sc.promoted.append(("orders", 0, 100, 3_000, b"k", orphan, "g", 0, True))
+    sc.promoted.append(("orders", 0, 101, 3_000, b"k", old_orphan, "g", 0, False))
+    earlier = sc.txn(in_range=False)
+    sc.op(earlier, "ROLLBACK", at=2_000, in_range=False)
+    sc.promote(earlier, at=3_000)
+    sc.promoted.append(("orders", 0, 102, 3_000, b"k", None, None, None, True))  # not ours
+    book, frames = sc.ledger(spark)
+
+    found = phantom(frames["promoted"], book)
+
+    reasons = {r.txn_id: r.reason for r in found.collect()}
+    assert reasons == {
+        rolled_back.txn_id: "decided ROLLBACK",
+        given_up.txn_id: "decided GIVEN_UP",
+        undecided.txn_id: "no decision",
+        past_count.txn_id: "message index past the committed message count",
+        orphan: "no half or op record of this transaction was read",
+    }
+
+
+def test_a_message_twice_on_the_real_topic_is_a_duplicate(spark) -> None:
+    sc = Scenario()
+    once = sc.txn(2)
+    sc.op(once, "COMMIT", at=2_000)
+    sc.promote(once, at=3_000)
+    twice = sc.txn(2)
+    sc.op(twice, "COMMIT", at=2_000)
+    sc.promote(twice, at=3_000)
+    sc.promote(twice, [1], at=4_000)
+    earlier = sc.txn(in_range=False)
+    sc.op(earlier, "COMMIT", at=2_000, in_range=False)
+    sc.promote(earlier, at=3_000)
+    sc.promote(earlier, at=3_000)
+    book, frames = sc.ledger(spark)
+
+    found = duplicate(frames["delivered"], book)
+
+    assert ids(found) == {twice.txn_id}
+    row = found.first()
+    assert (row.message_index, row.times) == (1, 2)
+    assert [r.ts_ms for r in row.records] == [3_000, 4_000]

@@ -1,0 +1,71 @@
+"""The ledger: copies folded into their message, decisions by epoch, scope by the first record."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.checker.audit.scenario import Scenario
+
+pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
+
+
+def row(book, txn_id: str):
+    return book.filter(book.txn_id == txn_id).first()
+
+
+def test_a_put_back_copy_is_never_a_second_message(spark) -> None:
+    sc = Scenario()
+    t = sc.txn(2, at=1_000)
+    sc.put_back(t, 0, at=5_000)
+    sc.put_back(t, 0, at=9_000)
+    sc.op(t, "COMMIT", at=10_000)
+    sc.promote(t, at=11_000)
+    book, _ = sc.ledger(spark)
+
+    found = row(book, t.txn_id)
+    assert (found.messages_seen, found.copies, found.expected, found.delivered) == (2, 2, 2, 2)
+    assert found.half_offsets == t.offsets  # the originals', never a copy's
+    assert found.first_half_ms == 1_000
+    assert found.in_scope
+
+
+def test_the_first_terminal_op_after_the_latest_resumed_decides(spark) -> None:
+    sc = Scenario()
+    resumed_then_committed = sc.txn()
+    for state, at in (("GIVEN_UP", 2_000), ("RESUMED", 3_000), ("COMMIT", 4_000)):
+        sc.op(resumed_then_committed, state, at=at, by="checker")
+    resumed_pending = sc.txn()
+    sc.op(resumed_pending, "GIVEN_UP", at=2_000, by="checker")
+    sc.op(resumed_pending, "RESUMED", at=3_000, by="checker")
+    repeated = sc.txn()
+    sc.op(repeated, "ROLLBACK", at=2_000)
+    sc.op(repeated, "ROLLBACK", at=2_500, by="checker")
+    sc.op(repeated, "COMMIT", at=2_600, by="checker")
+    book, _ = sc.ledger(spark)
+
+    first = row(book, resumed_then_committed.txn_id)
+    assert (first.state, first.decision_ms) == ("COMMIT", 4_000)
+    pending = row(book, resumed_pending.txn_id)
+    assert (pending.state, pending.resumed_ms) == ("RESUMED", 3_000)
+    again = row(book, repeated.txn_id)
+    assert (again.state, again.decided_by, again.repeated_ops) == ("ROLLBACK", "producer", 2)
+
+
+def test_scope_is_the_first_half_record_or_for_half_less_transactions_the_first_op(spark) -> None:
+    sc = Scenario()
+    before = sc.txn(in_range=False)
+    sc.op(before, "COMMIT", at=2_000, in_range=True)
+    inside = sc.txn(in_range=True)
+    halves_gone = sc.txn()
+    sc.halves = [h for h in sc.halves if h[0] != halves_gone.txn_id]
+    sc.op(halves_gone, "COMMIT", at=2_000)
+    copy_only = sc.txn()
+    sc.put_back(copy_only, 0, at=3_000)
+    sc.halves = [h for h in sc.halves if not (h[0] == copy_only.txn_id and h[7] is None)]
+    book, _ = sc.ledger(spark)
+
+    assert not row(book, before.txn_id).in_scope
+    assert row(book, inside.txn_id).in_scope
+    gone = row(book, halves_gone.txn_id)
+    assert gone.in_scope and gone.expected == 1 and gone.half_offsets == halves_gone.offsets
+    assert not row(book, copy_only.txn_id).in_scope

@@ -1,0 +1,162 @@
+"""Raw Kafka rows -> typed rows: the protocol's headers and op JSON, read without guessing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from checker.audit import records
+from checker.audit.plan import InRange
+from checker.audit.source import RAW_SCHEMA
+from outbox.protocol import HalfMessage, encode_half_headers, new_transaction_id
+
+pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
+
+AS_OF = 1_795_000_100_000
+
+
+def at(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
+
+
+def raw(spark, rows):
+    """Rows of (key, value, partition, offset, ms, headers) as Spark's Kafka source gives them."""
+    full = [(k, v, "t", p, o, at(ms), 1, h) for k, v, p, o, ms, h in rows]
+    return spark.createDataFrame(full, RAW_SCHEMA)
+
+
+def half_headers(txn_id: str, index: int = 0, key: bytes | None = b"k", **extra: bytes):
+    headers = encode_half_headers(
+        txn_id=txn_id,
+        producer_group="orders",
+        message=HalfMessage("orders-topic", b"v", key, (("trace", b"1"),)),
+        index=index,
+        count=2,
+        created_at_ms=5,
+    )
+    return headers + list(extra.items())
+
+
+def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_problem(spark) -> None:
+    good, copy, keyless = new_transaction_id(), new_transaction_id(), new_transaction_id()
+    future = new_transaction_id()
+    unknown = [(n, b"2" if n == "outbox-schema-version" else v) for n, v in half_headers(good)]
+    repeated = [("trace", b"1"), *half_headers(keyless, key=None), ("trace", b"2")]
+    rows = [
+        (good.encode(), b"v", 1, 10, AS_OF - 10, half_headers(good, 1)),
+        (
+            copy.encode(),
+            b"v",
+            1,
+            11,
+            AS_OF - 9,
+            half_headers(copy, **{"outbox-origin-offset": b"3"}),
+        ),
+        (keyless.encode(), b"v", 1, 12, AS_OF - 8, repeated),
+        (good.encode(), b"v", 1, 13, AS_OF - 7, unknown),
+        (b"x", b"v", 1, 14, AS_OF - 6, [("outbox-schema-version", b"1")]),
+        (future.encode(), b"v", 1, 15, AS_OF + 1, half_headers(future)),
+    ]
+    typed = records.halves(raw(spark, rows), InRange(start_ms=AS_OF - 9), as_of_ms=AS_OF)
+
+    by_offset = {r.offset: r for r in typed.collect()}
+    assert set(by_offset) == {10, 11, 12, 13, 14}  # stamped after the audit's clock: dropped
+    first = by_offset[10]
+    assert (first.txn_id, first.producer_group, first.real_topic) == (
+        good,
+        "orders",
+        "orders-topic",
+    )
+    assert (bytes(first.real_key), first.message_index, first.message_count) == (b"k", 1, 2)
+    assert (first.problem, first.in_range, first.origin_offset) == (None, False, None)
+    assert by_offset[11].origin_offset == 3 and by_offset[11].in_range
+    assert by_offset[12].real_key is None and by_offset[12].problem is None
+    assert by_offset[13].problem == "unknown schema version 2"
+    assert by_offset[14].problem == "bad outbox-txn-id"
+    bad = records.unreadable(typed, "half").collect()
+    assert {(r.offset, r.problem) for r in bad} == {
+        (13, "unknown schema version 2"),
+        (14, "bad outbox-txn-id"),
+    }
+
+
+def op_value(txn_id: str, **changes) -> bytes:
+    doc = {
+        "v": 1,
+        "txn_id": txn_id,
+        "state": "COMMIT",
+        "producer_group": "orders",
+        "half": {"partition": 1, "offsets": [10, 11]},
+        "message_count": 2,
+        "decided_by": "producer",
+        "decided_at_ms": 7,
+    }
+    doc.update(changes)
+    return json.dumps(doc).encode()
+
+
+def test_op_records_are_parsed_and_unknown_versions_or_malformed_ones_are_flagged(spark) -> None:
+    t = new_transaction_id()
+    rows = [
+        (t.encode(), op_value(t, reason="why"), 1, 0, AS_OF - 5, []),
+        (t.encode(), op_value(t, v=2), 1, 1, AS_OF - 5, []),
+        (t.encode(), b"{not json", 1, 2, AS_OF - 5, []),
+        (t.encode(), None, 1, 3, AS_OF - 5, []),
+        (b"other", op_value(t), 1, 4, AS_OF - 5, []),
+        (t.encode(), op_value(t, state="MAYBE"), 1, 5, AS_OF - 5, []),
+    ]
+    typed = records.ops(raw(spark, rows), InRange(), as_of_ms=AS_OF)
+
+    by_offset = {r.offset: r for r in typed.collect()}
+    assert 3 not in by_offset  # a tombstone decides nothing
+    ok = by_offset[0]
+    assert (ok.state, ok.half_partition, ok.half_offsets, ok.message_count) == (
+        "COMMIT",
+        1,
+        [10, 11],
+        2,
+    )
+    assert (ok.decided_by, ok.decided_at_ms, ok.reason, ok.problem) == ("producer", 7, "why", None)
+    assert by_offset[1].problem == "unknown schema version 2"
+    assert by_offset[2].problem.startswith("not an op document")
+    assert by_offset[4].problem == "key differs from txn_id"
+    assert by_offset[5].problem == "unknown state"
+
+
+def test_promoted_records_keep_foreign_records_apart_and_dead_letters_name_their_txn(spark) -> None:
+    t = new_transaction_id()
+    ours = [
+        ("outbox-txn-id", t.encode()),
+        ("outbox-producer-group", b"orders"),
+        ("outbox-message-index", b"1"),
+    ]
+    rows = [
+        (b"k", b"v", 0, 0, AS_OF - 5, ours),
+        (b"k", b"v", 0, 1, AS_OF - 5, []),
+        (
+            b"k",
+            b"v",
+            0,
+            2,
+            AS_OF - 5,
+            [("outbox-txn-id", t.encode()), ("outbox-message-index", b"x")],
+        ),
+    ]
+    typed = {
+        r.offset: r for r in records.promoted(raw(spark, rows), InRange(), as_of_ms=AS_OF).collect()
+    }
+    assert (typed[0].txn_id, typed[0].message_index, typed[0].problem) == (t, 1, None)
+    assert typed[1].txn_id is None and typed[1].problem is None
+    assert typed[2].problem == "bad outbox-message-index header"
+
+    letters = raw(
+        spark,
+        [
+            (t.encode(), b"v", 0, 0, AS_OF - 5, [*ours, ("outbox-dl-reason", b"gone")]),
+            (None, b"junk", 0, 1, AS_OF - 5, [("outbox-dl-reason", b"bad")]),
+        ],
+    )
+    found = records.dead_letters(letters, as_of_ms=AS_OF).collect()
+    assert [(r.txn_id, r.message_index, r.reason) for r in found] == [(t, 1, "gone")]

@@ -1,0 +1,46 @@
+"""Statistics: counts by state and decider, latency percentiles and histogram bins."""
+
+from __future__ import annotations
+
+import pytest
+
+from checker.audit.bins import bin_index
+from checker.audit.stats import histograms, statistics
+from tests.checker.audit.scenario import Scenario
+
+pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
+
+
+def test_counts_and_latencies_follow_the_transactions(spark) -> None:
+    sc = Scenario()
+    for i in range(10):  # decided 100*(i+1) ms after the half, promoted 50 ms later
+        t = sc.txn(at=1_000)
+        sc.op(t, "COMMIT", at=1_000 + 100 * (i + 1), by="checker" if i < 3 else "producer")
+        sc.promote(t, at=1_050 + 100 * (i + 1))
+    declined = sc.txn(at=1_000)
+    sc.op(declined, "ROLLBACK", at=1_020)
+    sc.txn(at=99_000)  # undecided, still within the window
+    sc.txn(at=1_000, in_range=False)
+    book, _ = sc.ledger(spark)
+
+    counts, latency = statistics(book, as_of_ms=100_000, grace_ms=5_000, window_ms=10_000)
+
+    assert counts["transactions"] == 12 and counts["transactions_out_of_scope"] == 1
+    assert counts["by_state"] == {"COMMIT": 10, "ROLLBACK": 1, "UNDECIDED": 1}
+    assert counts["by_decider"] == {"checker": 3, "producer": 8}
+    assert counts["by_state_and_decider"]["COMMIT"] == {"checker": 3, "producer": 7}
+    assert counts["messages_committed"] == counts["messages_delivered"] == 10
+    assert counts["pending_decision"] == 1 and counts["awaiting_promotion"] == 0
+    assert latency["half_to_decision"] == {
+        "count": 11,
+        "p50": 500,
+        "p90": 900,
+        "p99": 1000,
+        "max": 1000,
+    }
+    assert latency["decision_to_promotion"]["max"] == 50
+    assert latency["half_to_promotion"]["count"] == 10
+
+    bins = dict(histograms(book)["half_to_decision"])
+    assert sum(bins.values()) == 11
+    assert bins[bin_index(20)] == 1 and bin_index(1000) in bins
