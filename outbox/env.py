@@ -1,15 +1,27 @@
-"""Building a settings dataclass from environment variables with one prefix.
+"""Building a settings dataclass from a config file, environment variables and overrides.
 
-``{PREFIX}{FIELD}`` sets a field (converted to the field's type); ``{PREFIX}KAFKA__{KEY}`` passes a
-librdkafka setting through, ``_`` standing for ``.`` (librdkafka's names have dots, never
-underscores: ``OUTBOX_RELAY_KAFKA__LINGER_MS=5`` -> ``linger.ms=5``). Keyword overrides win.
+Sources, lowest precedence first:
+
+1. the dataclass defaults (and ``defaults=`` of the caller);
+2. a TOML (or YAML) file named by ``OUTBOX_CONFIG_FILE`` (``kafka-outbox --config FILE`` sets it):
+   one section per settings object, ``[producer]``, ``[relay]``, ``[checker]``, ``[audit]``, keys
+   the field names, a ``kafka`` sub-table for librdkafka keys;
+3. environment variables: ``{PREFIX}{FIELD}`` sets a field (converted to the field's type);
+   ``{PREFIX}KAFKA__{KEY}`` passes a librdkafka setting through, ``_`` standing for ``.``
+   (librdkafka's names have dots, never underscores: ``OUTBOX_RELAY_KAFKA__LINGER_MS=5`` ->
+   ``linger.ms=5``); a file's ``kafka`` keys are kept unless the environment sets the same key;
+4. keyword overrides.
+
+Every bad value is refused at start with the variable (or file, section and key) and the value.
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import fields
+from dataclasses import MISSING, fields
+from pathlib import Path
 from typing import Any, TypeVar
 
 from outbox.errors import ConfigurationError
@@ -17,6 +29,18 @@ from outbox.errors import ConfigurationError
 T = TypeVar("T")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+
+#: The variable naming the config file; ``kafka-outbox --config FILE`` sets it.
+CONFIG_FILE_VARIABLE = "OUTBOX_CONFIG_FILE"
+#: The sections a config file may have, one per settings object.
+SECTIONS = ("producer", "relay", "checker", "audit")
+#: The field that takes librdkafka settings (a ``kafka`` sub-table in a file).
+KAFKA_FIELD = "kafka"
+
+
+def section_for(prefix: str) -> str:
+    """The file section of an env prefix: ``OUTBOX_`` -> producer, ``OUTBOX_RELAY_`` -> relay."""
+    return prefix.removeprefix("OUTBOX_").rstrip("_").lower() or "producer"
 
 
 def from_env(
@@ -27,38 +51,173 @@ def from_env(
     *,
     required: Sequence[str],
     fallbacks: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> T:
-    """``cls(**values)`` from ``env`` (default ``os.environ``).
+    """``cls(**values)`` from the config file, ``env`` (default ``os.environ``) and ``overrides``.
 
     ``fallbacks`` names variables shared by several services (e.g. ``OUTBOX_BOOTSTRAP_SERVERS``)
-    used when the prefixed one is absent.
+    used when the prefixed one is absent. ``defaults`` replace dataclass defaults.
 
     Raises:
-        ConfigurationError: a value that does not convert, or a required setting missing; the
-            message names the variable.
+        ConfigurationError: a value that does not convert, an unknown key or section in the
+            file, or a required setting missing; the message names the variable or key.
     """
-    env = os.environ if env is None else env
-    values: dict[str, Any] = {}
-    for name, variable in (fallbacks or {}).items():
-        if variable in env:
-            values[name] = env[variable]
-    for f in fields(cls):  # type: ignore[arg-type]
-        variable = prefix + f.name.upper()
-        if f.name != "kafka" and variable in env:
-            values[f.name] = _convert(variable, env[variable], f.type)
-    kafka_prefix = prefix + "KAFKA__"
-    kafka = {
-        k[len(kafka_prefix) :].lower().replace("_", "."): v
-        for k, v in env.items()
-        if k.startswith(kafka_prefix)
-    }
-    if kafka:
-        values["kafka"] = kafka
-    values.update(overrides)
+    values, _ = collect(cls, prefix, env, overrides, fallbacks=fallbacks, defaults=defaults)
     missing = [prefix + n.upper() for n in required if n not in values]
     if missing:
         raise ConfigurationError(f"missing settings: set {', '.join(missing)}")
     return cls(**values)
+
+
+def collect(
+    cls: type[Any],
+    prefix: str,
+    env: Mapping[str, str] | None,
+    overrides: Mapping[str, Any],
+    *,
+    fallbacks: Mapping[str, str] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The values ``from_env`` would pass to ``cls``, and where each came from.
+
+    Sources read ``default``, ``file PATH [section]``, ``env VARIABLE`` or ``argument``.
+    """
+    env = os.environ if env is None else env
+    kinds = {f.name: str(f.type) for f in fields(cls)}
+    values: dict[str, Any] = dict(defaults or {})
+    sources = dict.fromkeys(values, "default")
+    kafka: dict[str, Any] = {}
+    path = env.get(CONFIG_FILE_VARIABLE) or None
+    if path:
+        section = section_for(prefix)
+        table = load_config_file(path).get(section, {})
+        where = f"file {path} [{section}]"
+        for key, raw in table.items():
+            if key not in kinds:
+                valid = ", ".join(sorted(kinds))
+                raise ConfigurationError(
+                    f"{path}: unknown key {key!r} in [{section}]; valid keys: {valid}"
+                )
+            if key == KAFKA_FIELD:
+                kafka.update(_kafka_table(path, section, raw))
+            else:
+                values[key] = _from_file(path, section, key, raw, kinds[key])
+            sources[key] = where
+    for name, variable in (fallbacks or {}).items():
+        if variable in env:
+            values[name] = _convert(variable, env[variable], kinds[name])
+            sources[name] = f"env {variable}"
+    for name, kind in kinds.items():
+        variable = prefix + name.upper()
+        if name != KAFKA_FIELD and variable in env:
+            values[name] = _convert(variable, env[variable], kind)
+            sources[name] = f"env {variable}"
+    kafka_prefix = prefix + "KAFKA__"
+    for variable, raw in env.items():
+        if variable.startswith(kafka_prefix):
+            kafka[variable[len(kafka_prefix) :].lower().replace("_", ".")] = raw
+            sources[KAFKA_FIELD] = "env " + kafka_prefix + "*"
+    if kafka and KAFKA_FIELD in kinds:
+        values[KAFKA_FIELD] = kafka
+    for name, value in overrides.items():
+        values[name] = value
+        sources[name] = "argument"
+    return values, sources
+
+
+def field_defaults(cls: type[Any]) -> dict[str, Any]:
+    """The dataclass defaults of ``cls`` (fields without one are left out)."""
+    found: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.default is not MISSING:
+            found[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            found[f.name] = f.default_factory()
+    return found
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """The whole config file: TOML, or YAML (``.yaml``/``.yml``, needs PyYAML).
+
+    Raises:
+        ConfigurationError: the file is missing, does not parse, or has an unknown section.
+    """
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as err:
+        raise ConfigurationError(
+            f"config file {str(path)!r} cannot be read ({err.strerror}); "
+            f"fix --config or {CONFIG_FILE_VARIABLE}"
+        ) from err
+    document = (
+        _parse_yaml(file, text) if file.suffix in (".yaml", ".yml") else _parse_toml(file, text)
+    )
+    for key, value in document.items():
+        if key not in SECTIONS or not isinstance(value, dict):
+            raise ConfigurationError(
+                f"{path}: unknown section {key!r} (or not a table); valid sections: "
+                + ", ".join(f"[{s}]" for s in SECTIONS)
+            )
+    return document
+
+
+def _parse_toml(file: Path, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigurationError(f"{file} is not valid TOML: {err}") from err
+
+
+def _parse_yaml(file: Path, text: str) -> dict[str, Any]:
+    try:
+        import yaml
+    except ImportError as err:
+        raise ConfigurationError(
+            f"{file} is YAML, which needs PyYAML (`pip install pyyaml`); or write it as TOML"
+        ) from err
+    try:
+        document = yaml.safe_load(text) or {}
+    except yaml.YAMLError as err:
+        raise ConfigurationError(f"{file} is not valid YAML: {err}") from err
+    if not isinstance(document, dict):
+        raise ConfigurationError(f"{file} must hold a mapping of sections, not {document!r:.40}")
+    return document
+
+
+def _kafka_table(path: str, section: str, raw: object) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ConfigurationError(
+            f"{path}: [{section}] kafka must be a table of librdkafka settings "
+            f'([{section}.kafka] with keys like "linger.ms" = 5), not {raw!r}'
+        )
+    for key, value in raw.items():
+        if isinstance(value, dict | list):
+            raise ConfigurationError(
+                f"{path}: [{section}.kafka] {key!r} = {value!r} must be a string, number or boolean"
+            )
+    return dict(raw)
+
+
+def _from_file(path: str, section: str, key: str, raw: object, kind: str) -> Any:
+    """A file value: native TOML types as they are, strings converted like environment values."""
+    base = kind.replace(" | None", "")
+    where = f"{path} [{section}] {key}"
+    if isinstance(raw, str):
+        return _convert(where, raw, kind)
+    if base == "bool" and isinstance(raw, bool):
+        return raw
+    if base == "int" and isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    if base == "float" and isinstance(raw, int | float) and not isinstance(raw, bool):
+        return float(raw)
+    if (
+        base.startswith("tuple[str")
+        and isinstance(raw, list)
+        and all(isinstance(v, str) for v in raw)
+    ):
+        return tuple(raw)
+    raise ConfigurationError(f"{where} = {raw!r} is not a valid {base}")
 
 
 def _convert(variable: str, raw: str, kind: object) -> Any:

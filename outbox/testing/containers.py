@@ -24,7 +24,11 @@ def start_kafka_container(settings: HarnessSettings, engine: Engine) -> RunningS
     advertised ``localhost:PORT`` works from the host and from inside alike.
     """
     port = free_port()
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
+    # An id starting with "-" is taken for an option by the storage tool (1 in 64 of these);
+    # Kafka's own random ids never start with one either.
+    cluster_id = "-"
+    while cluster_id.startswith("-"):
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
     env = {
         "KAFKA_NODE_ID": "1",
         "KAFKA_PROCESS_ROLES": "broker,controller",

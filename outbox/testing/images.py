@@ -113,7 +113,12 @@ def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return done
 
 
-def _ensure(name: str, settings: HarnessSettings, fill: object) -> str:
+def _ensure(
+    name: str,
+    settings: HarnessSettings,
+    fill: object,
+    changes: tuple[str, ...] = ('ENTRYPOINT ["/entrypoint.sh"]',),
+) -> str:
     if _podman("image", "exists", name, check=False).returncode == 0:
         return name
     build = settings.cache_dir / "images" / name.rsplit("/", 1)[-1].replace(":", "-")
@@ -123,7 +128,7 @@ def _ensure(name: str, settings: HarnessSettings, fill: object) -> str:
     fill(root)  # type: ignore[operator]
     tar = build / "rootfs.tar"
     _tar(root, tar)
-    _podman("import", "--change", 'ENTRYPOINT ["/entrypoint.sh"]', str(tar), name)
+    _podman("import", *(arg for change in changes for arg in ("--change", change)), str(tar), name)
     shutil.rmtree(build, ignore_errors=True)
     return name
 
@@ -139,13 +144,15 @@ def _tar(root: Path, tar: Path) -> None:
             archive.add(child, arcname=child.name, filter=owner)
 
 
-def _base(root: Path, binaries: Iterable[Path], entrypoint: str) -> None:
+def _base(
+    root: Path, binaries: Iterable[Path], entrypoint: str, applets: Iterable[str] = APPLETS
+) -> None:
     """busybox as /bin/sh, the loader, the ldd closure of ``binaries``, passwd, group, hosts."""
     for d in ("bin", "etc", "tmp", "lib64"):
         (root / d).mkdir(exist_ok=True)
     (root / "tmp").chmod(0o1777)
     shutil.copy2(BUSYBOX, root / "bin" / "busybox")
-    for applet in APPLETS:
+    for applet in applets:
         (root / "bin" / applet).symlink_to("busybox")
     for lib in _ldd_closure(binaries) | {Path("/lib64/ld-linux-x86-64.so.2")}:
         target = root / lib.relative_to("/")

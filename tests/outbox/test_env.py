@@ -75,3 +75,154 @@ def test_the_checker_refuses_to_run_unsigned_unless_told_it_is_local() -> None:
         CheckerSettings.from_env(
             {"OUTBOX_BOOTSTRAP_SERVERS": "k", "OUTBOX_CHECKER_INSECURE_LOCAL": "maybe"}
         )
+
+
+# -- the config file ------------------------------------------------------------------------
+
+
+def write(tmp_path, text: str, name: str = "outbox.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_toml_file_sets_each_service_from_its_own_section_and_env_wins_over_it(
+    tmp_path,
+) -> None:
+    path = write(
+        tmp_path,
+        """
+[producer]
+bootstrap_servers = "file:9092"
+producer_group = "orders"
+partitions = 3
+send_timeout_s = 4
+
+[producer.kafka]
+"linger.ms" = 7
+"client.id" = "from-file"
+
+[relay]
+bootstrap_servers = "relay-file:9092"
+batch_max_records = "250"
+
+[checker]
+secret = "from-file"
+check_max = 4
+""",
+    )
+    env = {
+        "OUTBOX_CONFIG_FILE": path,
+        "OUTBOX_PARTITIONS": "12",
+        "OUTBOX_KAFKA__CLIENT_ID": "from-env",
+        "OUTBOX_BOOTSTRAP_SERVERS": "env:9092",
+    }
+    producer = OutboxSettings.from_env(env, send_attempts=5)
+    assert (producer.bootstrap_servers, producer.producer_group) == ("env:9092", "orders")
+    assert (producer.partitions, producer.send_timeout_s, producer.send_attempts) == (12, 4.0, 5)
+    assert producer.kafka == {"linger.ms": 7, "client.id": "from-env"}
+    relay = RelaySettings.from_env({"OUTBOX_CONFIG_FILE": path})
+    assert (relay.bootstrap_servers, relay.batch_max_records) == ("relay-file:9092", 250)
+    # The shared variable is an environment variable, so it wins over the file too.
+    assert RelaySettings.from_env(env).bootstrap_servers == "env:9092"
+    checker = CheckerSettings.from_env(env)
+    assert (checker.secret, checker.check_max, checker.bootstrap_servers) == (
+        "from-file",
+        4,
+        "env:9092",
+    )
+
+
+def test_a_yaml_file_works_like_the_toml_one(tmp_path) -> None:
+    path = write(
+        tmp_path,
+        "relay:\n  bootstrap_servers: y:9092\n  commit_interval_s: 1\n  kafka:\n    linger.ms: 3\n",
+        "outbox.yaml",
+    )
+    relay = RelaySettings.from_env({"OUTBOX_CONFIG_FILE": path})
+    assert (relay.bootstrap_servers, relay.commit_interval_s) == ("y:9092", 1.0)
+    assert relay.kafka == {"linger.ms": 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "[relay]\nbootstrap_servers = 'k'\nbatch_size = 5\n",
+            r"unknown key 'batch_size' in \[relay\]; valid keys: .*batch_max_records, ",
+        ),
+        ("[relays]\nx = 1\n", r"unknown section 'relays'.*valid sections: \[producer\], \[relay\]"),
+        (
+            "[relay]\nbootstrap_servers = 'k'\nbatch_max_records = 'many'\n",
+            r"\[relay\] batch_max_records='many' is not a valid int",
+        ),
+        (
+            "[relay]\nbootstrap_servers = 'k'\nbatch_max_records = 2.5\n",
+            r"\[relay\] batch_max_records = 2.5 is not a valid int",
+        ),
+        ("[relay]\nbootstrap_servers = 'k'\nkafka = 5\n", r"\[relay\] kafka must be a table"),
+        ("[relay\n", "is not valid TOML"),
+        ("[relay]\nbootstrap_servers = 'k'\nbatch_max_records = 0\n", "must be at least 1"),
+    ],
+)
+def test_a_bad_file_names_the_file_the_section_the_key_and_the_value(
+    tmp_path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigurationError, match=message):
+        RelaySettings.from_env({"OUTBOX_CONFIG_FILE": path})
+
+
+def test_a_missing_config_file_is_refused_with_the_variable_that_named_it(tmp_path) -> None:
+    with pytest.raises(ConfigurationError, match=r"cannot be read.*OUTBOX_CONFIG_FILE"):
+        RelaySettings.from_env({"OUTBOX_CONFIG_FILE": str(tmp_path / "absent.toml")})
+
+
+def test_collect_says_where_each_value_came_from(tmp_path) -> None:
+    from outbox.env import collect
+
+    path = write(tmp_path, "[relay]\nbootstrap_servers = 'f:1'\ngroup_id = 'g'\n")
+    env = {
+        "OUTBOX_CONFIG_FILE": path,
+        "OUTBOX_RELAY_GROUP_ID": "env-group",
+        "OUTBOX_RELAY_KAFKA__LINGER_MS": "1",
+    }
+    values, sources = collect(RelaySettings, "OUTBOX_RELAY_", env, {"poll_timeout_s": 0.5})
+    assert values["group_id"] == "env-group"
+    assert sources == {
+        "bootstrap_servers": f"file {path} [relay]",
+        "group_id": "env OUTBOX_RELAY_GROUP_ID",
+        "kafka": "env OUTBOX_RELAY_KAFKA__*",
+        "poll_timeout_s": "argument",
+    }
+
+
+def test_a_list_in_the_file_fills_a_tuple_setting(tmp_path) -> None:
+    from dataclasses import dataclass
+
+    from outbox.env import from_env
+
+    @dataclass(frozen=True, kw_only=True)
+    class Listing:
+        names: tuple[str, ...] = ()
+
+    path = write(tmp_path, '[listing]\nnames = ["orders", "payments"]\n')
+    with pytest.raises(ConfigurationError, match=r"unknown section 'listing'"):
+        from_env(Listing, "OUTBOX_LISTING_", {"OUTBOX_CONFIG_FILE": path}, {}, required=())
+    path = write(tmp_path, '[audit]\nnames = ["orders", "payments"]\n')
+    found = from_env(Listing, "OUTBOX_AUDIT_", {"OUTBOX_CONFIG_FILE": path}, {}, required=())
+    assert found.names == ("orders", "payments")
+
+
+def test_the_services_share_the_producers_topic_prefix_and_their_own_wins() -> None:
+    from checker import CheckerSettings
+    from relay import RelaySettings
+
+    env = {"OUTBOX_BOOTSTRAP_SERVERS": "k:9092", "OUTBOX_TOPIC_PREFIX": "__shop"}
+    assert RelaySettings.from_env(env).topic_prefix == "__shop"
+    assert (
+        CheckerSettings.from_env({**env, "OUTBOX_CHECKER_INSECURE_LOCAL": "true"}).topic_prefix
+        == "__shop"
+    )
+    own = {**env, "OUTBOX_RELAY_TOPIC_PREFIX": "__own"}
+    assert RelaySettings.from_env(own).topic_prefix == "__own"

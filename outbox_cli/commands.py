@@ -1,0 +1,104 @@
+"""One function per command: arguments in, exit code out. The work is in the modules they call."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from outbox_cli import admin, services
+from outbox_cli import config as config_cmd
+from outbox_cli import inspect as inspect_cmd
+from outbox_cli import resume as resume_cmd
+from outbox_cli import status as status_cmd
+from outbox_cli.history import parse_txn_id
+from outbox_cli.kafka import Reader, connection, probe, require
+from outbox_cli.settings import SERVICES, available, operator_settings
+
+BOOTSTRAP = "OUTBOX_BOOTSTRAP_SERVERS"
+
+
+def topics(args: argparse.Namespace) -> int:
+    return admin.ensure_topics(args.replication_factor, args.timeout)
+
+
+def migrate(args: argparse.Namespace) -> int:
+    return admin.migrate(args.db_url, args.revision, args.timeout)
+
+
+def relay(args: argparse.Namespace) -> int:
+    return services.run_relay(args.timeout)
+
+
+def checker(args: argparse.Namespace) -> int:
+    return services.run_checker(args.timeout)
+
+
+def audit(argv: list[str]) -> int:
+    return services.run_audit(argv)
+
+
+def demo(argv: list[str]) -> int:
+    return services.run_demo(argv)
+
+
+def config(args: argparse.Namespace) -> int:
+    chosen = [s.name for s in available()] if args.service == "all" else [args.service]
+    return config_cmd.show(chosen, as_json=args.json)
+
+
+def status(args: argparse.Namespace) -> int:
+    settings = operator_settings()
+    config = connection(settings.bootstrap_servers, settings.kafka)
+    names = settings.topics
+    found = probe(config, args.timeout, BOOTSTRAP)
+    require(found, names.all())
+    since_ms = None if args.since is None else int((time.time() - args.since) * 1000)
+    ttl = args.registry_ttl if args.registry_ttl is not None else _registry_ttl()
+    with Reader(config, args.timeout) as reader:
+        rows, live, unreadable = status_cmd.collect(reader, names, found[names.half], since_ms, ttl)
+    return status_cmd.report(rows, live, unreadable, as_json=args.json)
+
+
+def inspect(args: argparse.Namespace) -> int:
+    txn_id = parse_txn_id(args.txn_id)
+    settings = operator_settings()
+    config = connection(settings.bootstrap_servers, settings.kafka)
+    names = settings.topics
+    found = probe(config, args.timeout, BOOTSTRAP)
+    require(found, names.all())
+    with Reader(config, args.timeout) as reader:
+        history = inspect_cmd.gather(reader, names, found, txn_id, args.slack)
+    inspect_cmd.show(history, names, as_json=args.json)
+    return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    txn_id = parse_txn_id(args.txn_id)
+    settings = operator_settings()
+    config = connection(settings.bootstrap_servers, settings.kafka)
+    names = settings.topics
+    found = probe(config, args.timeout, BOOTSTRAP)
+    require(found, names.all())
+    with Reader(config, args.timeout) as reader:
+        done = resume_cmd.resume(
+            config,
+            reader,
+            names,
+            found[names.half],
+            txn_id,
+            slack_s=args.slack,
+            timeout=args.timeout,
+        )
+    print(resume_cmd.describe(done, names))
+    return 0
+
+
+def _registry_ttl() -> float:
+    """The checker's registry TTL from its settings (env or file), else its default."""
+    from outbox.env import collect, field_defaults
+
+    service = SERVICES["checker"]
+    cls = service.cls()
+    values, _ = collect(cls, service.prefix, None, {}, fallbacks=service.fallbacks)
+    ttl: float = values.get("registry_ttl_s", field_defaults(cls)["registry_ttl_s"])
+    return ttl

@@ -1,0 +1,236 @@
+"""``kafka-outbox resume TXN_ID``: put a given-up transaction back to be checked again.
+
+RocketMQ's resume of discarded half messages. In one Kafka transaction (transactional id
+``kafka-outbox-resume-<txn id>``, so two resumes of one transaction fence each other):
+
+1. a copy of each dead-lettered message is appended to its half partition: the original half
+   headers without the ``outbox-dl-*`` ones, ``outbox-check-count`` 0, ``outbox-origin-offset``
+   the original offset;
+2. a RESUMED op (not terminal) naming the copies' offsets goes to the op partition;
+3. a resume marker (key = the transaction id, null value, ``outbox-dl-resumed``) goes to the
+   dead-letter partition, so the same dead letters are never resumed twice.
+
+Its checks run again after the transactional id is initialised, which fences (aborts) any
+concurrent resume of the same transaction, so a race cannot append the copies twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import socket
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from outbox.protocol.dead_letter import DeadLetterHeader
+from outbox.protocol.headers import Header
+from outbox.protocol.op import OpRecord, encode_op
+from outbox.protocol.states import DecidedBy, OpState
+from outbox.protocol.topics import TopicNames
+from outbox_cli.errors import CommandError, NotFoundError, RefusedError, UnreachableError
+from outbox_cli.history import (
+    DeadLetter,
+    History,
+    deciding_op,
+    read_dead_letters,
+    read_ops,
+)
+from outbox_cli.inspect import iso
+from outbox_cli.kafka import Reader
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What ``resume`` wrote."""
+
+    txn_id: str
+    partition: int
+    copies: tuple[int, ...]
+    sources: tuple[int, ...]
+    op_offset: int
+    marker_offset: int
+
+
+def plan(
+    reader: Reader, names: TopicNames, partitions: int, txn_id: str, slack_s: float
+) -> tuple[History, list[DeadLetter]]:
+    """The transaction and the dead letters to put back, or why it cannot be resumed.
+
+    Raises:
+        NotFoundError: no op at all for the transaction (exit 4), or no dead letters.
+        RefusedError: its state is not GIVEN_UP, or a resume marker follows its dead letters.
+    """
+    history = History(txn_id)
+    since = history.created_ms - int(slack_s * 1000)
+    history.ops, history.tombstones = read_ops(reader, names, txn_id, partitions, since)
+    if not history.ops:
+        raise NotFoundError(
+            f"unknown transaction {txn_id}: no op record on {names.op} since {iso(since)} "
+            "(only a transaction the checker gave up can be resumed; widen with --slack)"
+        )
+    state = history.state
+    if state is not OpState.GIVEN_UP:
+        raise RefusedError(
+            f"transaction {txn_id} is {state.value if state else 'undecided'}, not GIVEN_UP; "
+            "only a given-up transaction can be resumed"
+        )
+    partition = history.ops[-1].half_partition  # every op of a transaction is on one partition
+    history.dead_letters, history.markers = read_dead_letters(
+        reader, names, txn_id, partition, since
+    )
+    letters = history.pending_dead_letters()
+    if not letters:
+        if history.markers:
+            last = history.markers[-1]
+            raise RefusedError(
+                f"transaction {txn_id} was already resumed at {iso(last.resumed_at_ms)} "
+                f"(marker at {names.dead_letter}[{partition}]@{last.offset})"
+            )
+        raise NotFoundError(
+            f"transaction {txn_id} is GIVEN_UP but has no dead letters in "
+            f"{names.dead_letter}[{partition}] since {iso(since)}; nothing to put back"
+        )
+    return history, letters
+
+
+def copy_headers(letter: DeadLetter) -> list[tuple[str, str | bytes | None]]:
+    """The original half headers, check count 0, origin offset = the original offset."""
+    replace = {
+        Header.CHECK_COUNT.value: b"0",
+        Header.ORIGIN_OFFSET.value: str(letter.source_offset).encode(),
+    }
+    headers: list[tuple[str, str | bytes | None]] = [
+        (n, replace.get(n, v)) for n, v in letter.original_headers()
+    ]
+    present = {n for n, _ in headers}
+    headers += [(n, v) for n, v in replace.items() if n not in present]
+    return headers
+
+
+def resume(
+    config: Mapping[str, Any],
+    reader: Reader,
+    names: TopicNames,
+    partitions: int,
+    txn_id: str,
+    *,
+    slack_s: float,
+    timeout: float,
+) -> Resumed:
+    """Check, then put the transaction back in one Kafka transaction (see the module doc)."""
+    plan(reader, names, partitions, txn_id, slack_s)  # fail fast, before touching the broker
+    producer = Producer(
+        {**config, "transactional.id": f"kafka-outbox-resume-{txn_id}", "acks": "all"}
+    )
+    try:
+        _call(lambda: producer.init_transactions(timeout))
+        history, letters = plan(reader, names, partitions, txn_id, slack_s)  # fenced from here
+        return _write(producer, names, history, letters, timeout)
+    finally:
+        producer.flush(timeout)
+
+
+def _write(
+    producer: Producer,
+    names: TopicNames,
+    history: History,
+    letters: list[DeadLetter],
+    timeout: float,
+) -> Resumed:
+    given_up = deciding_op(history.ops)
+    assert given_up is not None  # plan() saw it
+    partition = given_up.half_partition
+    offsets: dict[str, list[int]] = {"half": [], "op": [], "marker": []}
+
+    def delivered(kind: str) -> Any:
+        def callback(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                offsets[kind].append(msg.offset() or 0)
+
+        return callback
+
+    _call(producer.begin_transaction)
+    try:
+        for letter in letters:
+            producer.produce(
+                names.half,
+                key=history.txn_id.encode(),
+                value=letter.value,
+                headers=list(copy_headers(letter)),
+                partition=partition,
+                on_delivery=delivered("half"),
+            )
+        producer.flush(timeout)
+        if len(offsets["half"]) != len(letters):
+            raise CommandError(f"the copies of {history.txn_id} were not acknowledged in time")
+        op = OpRecord(
+            txn_id=history.txn_id,
+            state=OpState.RESUMED,
+            producer_group=given_up.producer_group,
+            half_partition=partition,
+            half_offsets=tuple(sorted(offsets["half"])),
+            decided_by=DecidedBy.CHECKER,
+            decided_at_ms=int(time.time() * 1000),
+            reason=f"resumed by {_who()}",
+        )
+        key, value = encode_op(op)
+        producer.produce(
+            names.op, key=key, value=value, partition=partition, on_delivery=delivered("op")
+        )
+        producer.produce(
+            names.dead_letter,
+            key=history.txn_id.encode(),
+            value=None,
+            headers=[(DeadLetterHeader.RESUMED_AT.value, str(op.decided_at_ms).encode())],
+            partition=partition,
+            on_delivery=delivered("marker"),
+        )
+        _call(lambda: producer.commit_transaction(timeout))
+    except BaseException:
+        with contextlib.suppress(KafkaException):  # fenced or gone: the broker aborts it
+            producer.abort_transaction(timeout)
+        raise
+    return Resumed(
+        txn_id=history.txn_id,
+        partition=partition,
+        copies=op.half_offsets,
+        sources=tuple(letter.source_offset for letter in letters),
+        op_offset=offsets["op"][0] if offsets["op"] else -1,
+        marker_offset=offsets["marker"][0] if offsets["marker"] else -1,
+    )
+
+
+def describe(done: Resumed, names: TopicNames) -> str:
+    return (
+        f"resumed transaction {done.txn_id}: {len(done.copies)} message(s) put back on "
+        f"{names.half}[{done.partition}] at offsets {list(done.copies)} (copies of offsets "
+        f"{list(done.sources)}, check count 0); RESUMED op at {names.op}[{done.partition}]"
+        f"@{done.op_offset}; resume marker at {names.dead_letter}[{done.partition}]"
+        f"@{done.marker_offset}. The checker checks it again; the relay delivers it on COMMIT."
+    )
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # a container user without a passwd entry
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _call(fn: Any) -> Any:
+    try:
+        return fn()
+    except KafkaException as err:
+        error = err.args[0]
+        if error.code() in (
+            KafkaError._TIMED_OUT,
+            KafkaError._TRANSPORT,
+            KafkaError._ALL_BROKERS_DOWN,
+        ):
+            raise UnreachableError(f"Kafka did not answer: {error.str()}") from err
+        raise CommandError(f"Kafka refused the resume transaction: {error.str()}") from err

@@ -1,0 +1,159 @@
+"""The settings objects the command line knows, their variables, and loading them.
+
+One typed settings object per service, each from its own env prefix and config-file section:
+
+- ``producer``: :class:`outbox.OutboxSettings`, ``OUTBOX_*``, ``[producer]``; the operator
+  commands (``topics``, ``status``, ``inspect``, ``resume``) read it too;
+- ``relay``: :class:`relay.RelaySettings`, ``OUTBOX_RELAY_*``, ``[relay]``;
+- ``checker``: :class:`checker.CheckerSettings`, ``OUTBOX_CHECKER_*``, ``[checker]``;
+- ``audit``: ``checker.audit.settings.AuditSettings``, ``OUTBOX_AUDIT_*``, ``[audit]`` (with the
+  ``audit`` extra).
+
+``OUTBOX_BOOTSTRAP_SERVERS`` is shared: the services use it when their own variable is absent.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from outbox.env import CONFIG_FILE_VARIABLE, KAFKA_FIELD, collect, from_env
+from outbox.settings import ENV_PREFIX, OutboxSettings
+from outbox_cli.errors import UsageError
+
+SHARED_BOOTSTRAP = "OUTBOX_BOOTSTRAP_SERVERS"
+#: The producer group the operator commands use when none is configured (they produce nothing
+#: in a group's name; ``resume`` keeps the transaction's own group).
+OPERATOR_GROUP = "kafka-outbox-cli"
+#: Variables of the test harness and tooling that share the prefix but are not settings.
+NOT_SETTINGS_PREFIXES = ("OUTBOX_TEST_", "OUTBOX_CACHE_DIR")
+
+
+@dataclass(frozen=True)
+class Service:
+    """A settings object: its name (the file section), env prefix and class."""
+
+    name: str
+    prefix: str
+    path: str  # "module:Class", imported on use
+    fallbacks: Mapping[str, str] = field(default_factory=dict)
+    required: tuple[str, ...] = ("bootstrap_servers",)
+    #: Part of an extra that may not be installed (``config`` and the name checks skip it).
+    optional: bool = False
+
+    def cls(self) -> type[Any]:
+        module, _, name = self.path.partition(":")
+        try:
+            found: type[Any] = getattr(importlib.import_module(module), name)
+        except ImportError as err:
+            raise UsageError(
+                f"the {self.name} settings need {module} ({err}); install kafka-outbox[services]"
+            ) from err
+        return found
+
+    def load(self, env: Mapping[str, str] | None = None) -> Any:
+        """The validated settings object (env default ``os.environ``).
+
+        Raises:
+            ConfigurationError: naming the variable or file key and the bad value.
+        """
+        return self.cls().from_env(env)
+
+    def sources(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Where each explicitly set value came from (see :func:`outbox.env.collect`)."""
+        return collect(self.cls(), self.prefix, env, {}, fallbacks=self.fallbacks)[1]
+
+    def variables(self) -> set[str]:
+        """Every variable name this settings object reads (``KAFKA__*`` aside)."""
+        names = {self.prefix + f.name.upper() for f in fields(self.cls()) if f.name != KAFKA_FIELD}
+        return names | set(self.fallbacks.values())
+
+    @property
+    def kafka_prefix(self) -> str:
+        return self.prefix + "KAFKA__"
+
+
+SERVICES: dict[str, Service] = {
+    "producer": Service(
+        "producer", ENV_PREFIX, "outbox.settings:OutboxSettings", required=("bootstrap_servers",)
+    ),
+    "relay": Service(
+        "relay",
+        "OUTBOX_RELAY_",
+        "relay.settings:RelaySettings",
+        {"bootstrap_servers": SHARED_BOOTSTRAP},
+    ),
+    "checker": Service(
+        "checker",
+        "OUTBOX_CHECKER_",
+        "checker.settings:CheckerSettings",
+        {"bootstrap_servers": SHARED_BOOTSTRAP},
+    ),
+    "audit": Service(
+        "audit",
+        "OUTBOX_AUDIT_",
+        "checker.audit.settings:AuditSettings",
+        {"bootstrap_servers": SHARED_BOOTSTRAP},
+        optional=True,
+    ),
+}
+
+
+def available() -> list[Service]:
+    """The settings objects this installation can load (the audit's only with checker.audit)."""
+    found = []
+    for service in SERVICES.values():
+        try:
+            service.cls()
+        except UsageError:
+            if not service.optional:
+                raise
+            continue
+        found.append(service)
+    return found
+
+
+def operator_settings(env: Mapping[str, str] | None = None) -> OutboxSettings:
+    """The settings of the operator commands: the producer's, with a default producer group.
+
+    Raises:
+        ConfigurationError: naming the variable or file key and the bad value.
+    """
+    return from_env(
+        OutboxSettings,
+        ENV_PREFIX,
+        env,
+        {},
+        required=("bootstrap_servers",),
+        defaults={"producer_group": OPERATOR_GROUP},
+    )
+
+
+def known_variables() -> tuple[set[str], tuple[str, ...]]:
+    """Every settings variable: exact names, and the prefixes of the librdkafka pass-through."""
+    names = {CONFIG_FILE_VARIABLE}
+    prefixes = []
+    for service in available():
+        names |= service.variables()
+        prefixes.append(service.kafka_prefix)
+    return names, tuple(prefixes)
+
+
+def is_setting(variable: str) -> bool:
+    """True when ``variable`` is read by one of the settings objects."""
+    names, prefixes = known_variables()
+    if variable in names:
+        return True
+    # OUTBOX_KAFKA__ is the producer's pass-through; a service's is OUTBOX_RELAY_KAFKA__ etc.
+    return any(variable.startswith(p) and len(variable) > len(p) for p in prefixes)
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """``OUTBOX_*`` variables in ``env`` that no settings object reads (typos, old names)."""
+    return sorted(
+        v
+        for v in env
+        if v.startswith("OUTBOX_") and not v.startswith(NOT_SETTINGS_PREFIXES) and not is_setting(v)
+    )

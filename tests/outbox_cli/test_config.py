@@ -1,0 +1,88 @@
+"""``kafka-outbox config``: effective settings, their sources, secrets masked, bad ones named."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+from tests.outbox_cli.conftest import Cli
+
+FILE = """
+[relay]
+bootstrap_servers = "file:9092"
+group_id = "relays-from-file"
+
+[checker]
+bootstrap_servers = "file:9092"
+secret = "file-secret-never-shown"
+
+[checker.kafka]
+"sasl.password" = "kafka-password-never-shown"
+"client.id" = "checker-1"
+"""
+
+
+def test_config_prints_a_valid_file_with_sources_and_masks_every_secret(
+    cli: Cli, tmp_path: Path
+) -> None:
+    path = tmp_path / "outbox.toml"
+    path.write_text(FILE)
+    env = {"OUTBOX_RELAY_GROUP_ID": "relays-from-env", "OUTBOX_CHECKER_CHECK_MAX": "4"}
+    result = cli("--config", str(path), "config", "--service", "relay", env=env)
+    assert result.code == 0, result.err
+    assert 'group_id = "relays-from-env"' in result.out
+    assert "# env OUTBOX_RELAY_GROUP_ID" in result.out
+    assert f"# file {path} [relay]" in result.out
+    document = tomllib.loads(result.out)  # the output is itself a config file
+    assert document["relay"]["bootstrap_servers"] == "file:9092"
+
+    checker = cli("config", "--service", "checker", "--config", str(path), env=env)
+    assert checker.code == 0, checker.err
+    assert "never-shown" not in checker.out
+    parsed = tomllib.loads(checker.out)["checker"]
+    assert parsed["secret"] == "***"
+    assert parsed["check_max"] == 4
+    assert parsed["kafka"] == {"sasl.password": "***", "client.id": "checker-1"}
+
+
+def test_config_json_masks_too_and_lists_every_service(cli: Cli) -> None:
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": "k:9092",
+        "OUTBOX_PRODUCER_GROUP": "orders",
+        "OUTBOX_CHECKER_SECRET": "hmac-key",
+        "OUTBOX_KAFKA__SASL_PASSWORD": "pw",
+    }
+    result = cli("config", "--json", env=env)
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    assert {"producer", "relay", "checker"} <= set(document)  # and audit, with its extra
+    assert document["checker"]["secret"] == "***"
+    assert document["producer"]["kafka"] == {"sasl.password": "***"}
+    assert "hmac-key" not in result.out
+
+
+def test_config_exits_2_naming_the_bad_variable_and_warns_about_unknown_ones(cli: Cli) -> None:
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": "k:9092",
+        "OUTBOX_RELAY_BATCH_MAX_RECORDS": "lots",
+        "OUTBOX_RELAY_BATCH_SIZE": "10",
+    }
+    result = cli("config", "--service", "relay", env=env)
+    assert result.code == 2
+    assert "[relay] OUTBOX_RELAY_BATCH_MAX_RECORDS='lots' is not a valid int" in result.err
+    assert (
+        "warning: OUTBOX_RELAY_BATCH_SIZE is not a setting "
+        "(did you mean OUTBOX_RELAY_BATCH_MAX_RECORDS?)"
+    ) in result.err
+
+
+def test_config_names_the_file_the_section_and_the_unknown_key(cli: Cli, tmp_path: Path) -> None:
+    path = tmp_path / "outbox.yaml"
+    path.write_text("relay:\n  bootstrap_servers: k:9092\n  batch_max_record: 10\n")
+    result = cli("--config", str(path), "config", "--service", "relay")
+    assert result.code == 2
+    assert f"{path}: unknown key 'batch_max_record' in [relay]; valid keys:" in result.err
+    missing = cli("--config", str(tmp_path / "absent.toml"), "config", "--service", "relay")
+    assert missing.code == 2
+    assert "absent.toml' cannot be read" in missing.err

@@ -1,0 +1,145 @@
+"""``kafka-outbox resume``: a given-up transaction goes back to be checked, exactly once."""
+
+from __future__ import annotations
+
+import pytest
+
+from outbox import OutboxSettings
+from outbox.protocol import Header, OpState, decode_half, decode_op, new_transaction_id
+from outbox.protocol.dead_letter import DeadLetterHeader
+from tests.outbox_cli.conftest import Cli
+from tests.outbox_cli.records import Writer, read_messages
+
+pytestmark = pytest.mark.integration
+
+
+def headers(msg) -> dict[str, bytes]:
+    return dict(msg.headers() or [])
+
+
+def test_resume_puts_copies_a_resumed_op_and_a_marker_in_one_go_and_refuses_a_second_time(
+    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
+) -> None:
+    # Given a transaction the checker gave up: two halves, their dead letters, a GIVEN_UP op
+    names = outbox_settings.topics
+    writer = Writer(outbox_settings)
+    txn = writer.halves("orders-resume", [b"first", b"second"])
+    writer.give_up(txn)
+    half_end = len(read_messages(outbox_settings.bootstrap_servers, names.half, txn.partition))
+
+    # When it is resumed
+    done = cli("resume", txn.txn_id, env={**operator_env, "USER": "alice"})
+
+    # Then the command says what it did
+    assert done.code == 0, done.err
+    assert f"resumed transaction {txn.txn_id}: 2 message(s)" in done.out
+    # And the half partition has one copy of each message: value, original headers less the
+    # dead-letter ones, check count 0, origin offset = the original's
+    halves = [
+        m
+        for m in read_messages(outbox_settings.bootstrap_servers, names.half, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    originals, copies = halves[:2], halves[2:]
+    assert [m.value() for m in copies] == [b"first", b"second"]
+    assert all(m.offset() >= half_end for m in copies)
+    for original, copy in zip(originals, copies, strict=True):
+        got, want = headers(copy), headers(original)
+        assert not any(n.startswith("outbox-dl-") for n in got)
+        assert got[Header.CHECK_COUNT.value] == b"0"
+        assert got[Header.ORIGIN_OFFSET.value] == str(original.offset()).encode()
+        assert {k: v for k, v in got.items() if k != Header.ORIGIN_OFFSET.value} == want
+        record = decode_half(value=copy.value(), headers=copy.headers(), offset=copy.offset())
+        assert (record.is_copy, record.original_offset) == (True, original.offset())
+    # And the latest op is RESUMED (decided by the checker, naming the copies), not terminal
+    ops = [
+        decode_op(m.key(), m.value())
+        for m in read_messages(outbox_settings.bootstrap_servers, names.op, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    assert [o.state for o in ops] == [OpState.GIVEN_UP, OpState.RESUMED]
+    resumed = ops[-1]
+    assert resumed.half_offsets == tuple(m.offset() for m in copies)
+    assert resumed.half_partition == txn.partition
+    assert resumed.reason is not None and resumed.reason.startswith("resumed by alice@")
+    # And the dead letters are followed by a marker, and nothing else was added
+    letters = [
+        m
+        for m in read_messages(outbox_settings.bootstrap_servers, names.dead_letter, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    assert len(letters) == 3
+    marker = letters[-1]
+    assert marker.value() is None
+    assert DeadLetterHeader.RESUMED_AT.value in headers(marker)
+    assert DeadLetterHeader.REASON.value not in headers(marker)
+
+    # When it is resumed again, it is refused, naming the state, and nothing is written
+    again = cli("resume", txn.txn_id, env=operator_env)
+    assert again.code == 5
+    assert f"transaction {txn.txn_id} is RESUMED, not GIVEN_UP" in again.err
+    assert again.err.count("\n") == 1  # one line, no traceback
+    after = read_messages(outbox_settings.bootstrap_servers, names.half, txn.partition)
+    assert len([m for m in after if m.key() == txn.txn_id.encode()]) == 4
+
+
+def test_a_transaction_given_up_again_after_a_resume_can_be_resumed_again(
+    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
+) -> None:
+    writer = Writer(outbox_settings)
+    txn = writer.halves("orders-resume", [b"only"])
+    writer.give_up(txn)
+    assert cli("resume", txn.txn_id, env=operator_env).code == 0
+    # The checker gives it up once more: new dead letters after the marker, a new GIVEN_UP op
+    writer.give_up(txn, reason="no producer of group 'orders' answered")
+    second = cli("resume", txn.txn_id, env=operator_env)
+    assert second.code == 0, second.err
+    copies = [
+        m
+        for m in read_messages(
+            outbox_settings.bootstrap_servers, outbox_settings.topics.half, txn.partition
+        )
+        if m.key() == txn.txn_id.encode()
+    ]
+    assert len(copies) == 3  # the original, one copy per resume
+
+
+def test_resume_refuses_a_committed_transaction_naming_its_state(
+    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
+) -> None:
+    writer = Writer(outbox_settings)
+    txn = writer.halves("orders-resume", [b"x"])
+    writer.op(txn, OpState.COMMIT)
+    refused = cli("resume", txn.txn_id, env=operator_env)
+    assert refused.code == 5
+    assert "is COMMIT, not GIVEN_UP" in refused.err
+
+
+def test_resume_of_an_unknown_transaction_exits_4(
+    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
+) -> None:
+    unknown = new_transaction_id()
+    result = cli("resume", unknown, env=operator_env)
+    assert result.code == 4
+    assert result.err.startswith(f"kafka-outbox: error: unknown transaction {unknown}")
+
+
+def test_resume_with_an_unreachable_broker_exits_3_in_one_line(cli: Cli, unused_port: int) -> None:
+    result = cli(
+        "--timeout",
+        "2s",
+        "resume",
+        new_transaction_id(),
+        env={"OUTBOX_BOOTSTRAP_SERVERS": f"127.0.0.1:{unused_port}"},
+    )
+    assert result.code == 3
+    assert result.err.startswith(
+        f"kafka-outbox: error: cannot reach Kafka at 127.0.0.1:{unused_port}"
+    )
+    assert result.err.count("\n") == 1
+
+
+def test_resume_of_something_that_is_not_a_transaction_id_is_a_usage_error(cli: Cli) -> None:
+    result = cli("resume", "order-42", env={"OUTBOX_BOOTSTRAP_SERVERS": "unused:9092"})
+    assert result.code == 2
+    assert "'order-42' is not a UUID" in result.err

@@ -1,0 +1,76 @@
+"""``kafka-outbox topics ensure`` and ``kafka-outbox migrate`` on a real broker and databases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from outbox.protocol import TopicNames
+from tests.kafka_helpers import unique
+from tests.outbox_cli.conftest import Cli
+
+pytestmark = pytest.mark.integration
+
+
+def test_topics_ensure_creates_the_four_topics_once_then_verifies_them(
+    cli: Cli, kafka_bootstrap: str
+) -> None:
+    names = TopicNames(unique("__outbox-cli"))
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "OUTBOX_TOPIC_PREFIX": names.prefix,
+        "OUTBOX_PARTITIONS": "2",
+    }
+    first = cli("topics", "ensure", env=env)
+    assert first.code == 0, first.err
+    assert first.out.splitlines() == [f"{t}: created" for t in names.all()]
+    again = cli("topics", "ensure", env=env)
+    assert again.code == 0, again.err
+    assert again.out.splitlines() == [f"{t}: exists, settings ok" for t in names.all()]
+    # A different partition count cannot be used with the existing topics: a problem, exit 1
+    mismatch = cli("topics", "ensure", env={**env, "OUTBOX_PARTITIONS": "3"})
+    assert mismatch.code == 1
+    assert f"{names.half} has 2 partitions, expected 3" in mismatch.err
+
+
+def test_topics_ensure_exits_3_when_the_broker_is_unreachable(cli: Cli, unused_port: int) -> None:
+    env = {"OUTBOX_BOOTSTRAP_SERVERS": f"127.0.0.1:{unused_port}"}
+    unreachable = cli("--timeout", "2s", "topics", "ensure", env=env)
+    assert unreachable.code == 3
+    assert "cannot reach Kafka" in unreachable.err and "OUTBOX_BOOTSTRAP_SERVERS" in unreachable.err
+
+
+def test_migrate_creates_the_evidence_table_and_is_idempotent(cli: Cli, db_url: str) -> None:
+    first = cli("migrate", "--db-url", db_url)
+    assert first.code == 0, first.err
+    assert "outbox migrations applied" in first.out
+    assert "outbox_evidence" in sa.inspect(sa.create_engine(db_url)).get_table_names()
+    assert cli("migrate", "--db-url", db_url).code == 0
+
+
+def test_migrate_hides_the_password_when_it_prints_the_url(cli: Cli, postgres_url: str) -> None:
+    url = sa.engine.make_url(postgres_url).set(password="s3cret")
+    result = cli("migrate", "--db-url", url.render_as_string(hide_password=False))
+    assert "s3cret" not in result.out + result.err
+
+
+def test_migrate_with_a_wrong_db_url_exits_3_and_a_malformed_one_2(
+    cli: Cli, postgres_url: str, unused_port: int, tmp_path: Path
+) -> None:
+    no_database = sa.engine.make_url(postgres_url).set(database="no_such_db")
+    missing_db = cli("migrate", "--db-url", no_database.render_as_string(hide_password=False))
+    assert missing_db.code == 3
+    assert 'database "no_such_db" does not exist' in missing_db.err
+    closed = f"postgresql+psycopg://u:p@127.0.0.1:{unused_port}/db"
+    refused = cli("--timeout", "2s", "migrate", "--db-url", closed)
+    assert refused.code == 3
+    assert refused.err.startswith("kafka-outbox: error: cannot connect to the database at")
+    assert "u:***@" in refused.err
+    no_dir = cli("migrate", "--db-url", f"sqlite:///{tmp_path}/absent/dir/x.db")
+    assert no_dir.code == 3
+    malformed = cli("migrate", "--db-url", "localhost:5432/orders")
+    assert malformed.code == 2 and "is not an SQLAlchemy URL" in malformed.err
+    no_driver = cli("migrate", "--db-url", "oracle+nodriver://x/y")
+    assert no_driver.code == 2 and "no SQLAlchemy dialect or driver" in no_driver.err
