@@ -7,15 +7,19 @@ CACHE := $(CURDIR)/.cache
 MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
 export OUTBOX_CACHE_DIR := $(CACHE)
 
-.PHONY: help setup system venv jars demo test test-unit lint fmt constraints clean
+.PHONY: help setup system venv jars demo test test-unit lint fmt constraints clean image bench bench-quick bench-audit
 
 help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
 	@echo "make test-unit - tests that start no services"
+	@echo "make bench     - ours vs commit-then-publish vs table outbox, with ceilings (~1 h; updates README)"
+	@echo "make bench-quick - a smoke run of every benchmark scenario (minutes; figures are not results)"
+	@echo "make bench-audit - the Spark audit of 1,000,000 generated transactions on local[2] (~15 min)"
 	@echo "make lint      - ruff check, ruff format --check, mypy"
 	@echo "make fmt       - ruff format + ruff check --fix"
 	@echo "make setup     - system packages (as root), .venv, Maven jars into .cache/jvm"
+	@echo "make image     - the service image (deploy/Containerfile) with podman or docker"
 	@echo "make clean     - remove .venv and .cache"
 
 setup: system venv jars
@@ -47,10 +51,23 @@ test: setup
 test-unit: venv
 	$(BIN)/pytest -m "not integration"
 
+# Not part of `make test`: nothing in bench/ asserts a timing. Results go to bench/results/.
+bench: setup
+	$(BIN)/python -m bench --update-readme
+
+bench-quick: setup
+	$(BIN)/python -m bench --quick
+
+bench-audit: setup
+	$(BIN)/python bench/audit_million.py
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+image: system venv
+	$(BIN)/python -m outbox.testing.service_image
 
 fmt: venv
 	$(BIN)/ruff format .

@@ -1,0 +1,93 @@
+"""How long and how much: one object for the whole run, full or quick."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+SCENARIOS = ("ceilings", "producer", "relay", "end_to_end", "checker", "audit")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig:
+    """Everything a run's length depends on.
+
+    Attributes:
+        quick: a smoke run (1 run, short durations, fewer configurations); its figures are
+            not results.
+        runs: timed runs per configuration, after one warm-up. Defaults to 3.
+        seconds: length of one timed run of the time-boxed scenarios (producer path, end to end,
+            pgbench). Defaults to 10 s.
+        warmup_seconds: length of the warm-up of the time-boxed scenarios. Defaults to 3 s.
+        scenarios: which to run, in this order. Defaults to all.
+        databases: ``postgresql`` and/or ``sqlite``. Defaults to both.
+        impls: which of ``ours``, ``baseline_a``, ``baseline_b`` the producer path and end to
+            end run (end to end never runs A, which has no relay). Defaults to all.
+        workers: producer-path thread counts. Defaults to 1, 4, 16.
+        messages: producer-path messages per transaction. Defaults to 1, 10.
+        relay_records: transactions preloaded for the relay path. Defaults to 100,000.
+        loads: end-to-end offered loads, transactions/s. Defaults to 100, 1,000, 5,000.
+        e2e_workers: threads that run the end-to-end transactions. Defaults to 48.
+        e2e_databases: end-to-end databases. Defaults to both.
+        checker_txns: transactions left without an op for the checker. Defaults to 10,000.
+        audit_txns: transactions the audit reads. Defaults to 1,000,000.
+        kafka_records: records of Kafka's own perf tools. Defaults to 1,000,000.
+        poll_interval_s: baseline B's polling interval. Defaults to 0.1 s.
+        b_batch: baseline B's rows per relay batch. Defaults to 500.
+        e2e_consumer: ``KEY=VALUE`` librdkafka settings of the end-to-end consumer, over
+            ``isolation.level=read_committed``. Defaults to none (librdkafka's defaults, e.g.
+            ``fetch.wait.max.ms=500``), as an application's consumer would have.
+    """
+
+    quick: bool = False
+    runs: int = 3
+    seconds: float = 10.0
+    warmup_seconds: float = 3.0
+    scenarios: tuple[str, ...] = SCENARIOS
+    databases: tuple[str, ...] = ("postgresql", "sqlite")
+    impls: tuple[str, ...] = ("ours", "baseline_a", "baseline_b")
+    workers: tuple[int, ...] = (1, 4, 16)
+    messages: tuple[int, ...] = (1, 10)
+    relay_records: int = 100_000
+    loads: tuple[int, ...] = (100, 1_000, 5_000)
+    e2e_workers: int = 48
+    e2e_databases: tuple[str, ...] = ("postgresql", "sqlite")
+    checker_txns: int = 10_000
+    audit_txns: int = 1_000_000
+    kafka_records: int = 1_000_000
+    poll_interval_s: float = 0.1
+    b_batch: int = 500
+    e2e_consumer: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.scenarios) - set(SCENARIOS))
+        if unknown:
+            raise ValueError(f"unknown scenarios {unknown}; choose from {', '.join(SCENARIOS)}")
+        for name, allowed in (
+            ("databases", ("postgresql", "sqlite")),
+            ("e2e_databases", ("postgresql", "sqlite")),
+            ("impls", ("ours", "baseline_a", "baseline_b")),
+        ):
+            bad = sorted(set(getattr(self, name)) - set(allowed))
+            if bad:
+                raise ValueError(f"{name}: unknown {bad}; choose from {', '.join(allowed)}")
+        if self.runs < 1 or self.seconds <= 0 or self.warmup_seconds < 0:
+            raise ValueError("runs must be >= 1, seconds > 0 and warmup_seconds >= 0")
+
+    @classmethod
+    def quick_mode(cls, **overrides: object) -> BenchConfig:
+        """A smoke run of every scenario: minutes, not an hour."""
+        base = cls(
+            quick=True,
+            runs=1,
+            seconds=3.0,
+            warmup_seconds=1.0,
+            workers=(1, 16),
+            messages=(1, 10),
+            relay_records=10_000,
+            loads=(100, 1_000),
+            e2e_databases=("postgresql",),
+            checker_txns=2_000,
+            audit_txns=20_000,
+            kafka_records=100_000,
+        )
+        return replace(base, **overrides)  # type: ignore[arg-type]

@@ -1,0 +1,108 @@
+"""What a scenario hands back: rows of (configuration, metrics over runs), and notes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.stats import Summary
+
+#: One timed run's figures, by metric name.
+RunFigures = dict[str, float]
+#: Metric name -> unit, for the metrics a row reports.
+Units = Mapping[str, str]
+
+
+@dataclass
+class Row:
+    """One configuration of a scenario (e.g. ours, PostgreSQL, 16 workers, 1 message/txn)."""
+
+    config: dict[str, Any]
+    metrics: dict[str, Summary]
+    #: Figures that are not repeated measurements (e.g. the offered rate, records preloaded).
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def value(self, metric: str) -> float | None:
+        summary = self.metrics.get(metric)
+        return None if summary is None else summary.median
+
+    def matches(self, **config: Any) -> bool:
+        return all(self.config.get(k) == v for k, v in config.items())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "metrics": {name: s.to_json() for name, s in self.metrics.items()},
+            "info": self.info,
+        }
+
+
+@dataclass
+class ScenarioResult:
+    """All rows of one scenario, with the columns a table shows and free-text notes."""
+
+    name: str
+    title: str
+    #: Config keys shown as the leading columns of the table, in order.
+    keys: list[str]
+    #: Metric name -> column heading, in order.
+    columns: dict[str, str]
+    rows: list[Row] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def find(self, **config: Any) -> Row | None:
+        return next((r for r in self.rows if r.matches(**config)), None)
+
+    @classmethod
+    def from_json(cls, name: str, data: dict[str, Any]) -> ScenarioResult:
+        """A scenario as a results file stored it (to re-render tables, charts, README)."""
+        rows = [
+            Row(
+                r["config"],
+                {m: Summary.from_json(s) for m, s in r["metrics"].items()},
+                r.get("info", {}),
+            )
+            for r in data["rows"]
+        ]
+        return cls(
+            name,
+            data["title"],
+            data["keys"],
+            data["columns"],
+            rows,
+            data.get("notes", []),
+            data.get("seconds", 0.0),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "keys": self.keys,
+            "columns": self.columns,
+            "rows": [r.to_json() for r in self.rows],
+            "notes": self.notes,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+def repeat(
+    run: Callable[[], RunFigures],
+    *,
+    runs: int,
+    units: Units,
+    warmup: Callable[[], object] | None = None,
+) -> dict[str, Summary]:
+    """Warm up once, then time ``runs`` runs; each metric summarised over the runs.
+
+    ``run`` returns its figures by metric name; a metric missing from a run counts as NaN
+    (not measurable that time), never as zero.
+    """
+    if warmup is not None:
+        warmup()
+    figures = [run() for _ in range(runs)]
+    return {
+        name: Summary.of([f.get(name, float("nan")) for f in figures], unit)
+        for name, unit in units.items()
+    }

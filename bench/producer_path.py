@@ -1,0 +1,207 @@
+"""Scenario 1, the producer path: committed transactions/s and latency of one transaction.
+
+For each database, thread count and messages per transaction:
+
+- **ours**: the real ``@outbox.transactional`` path: business write, ``outbox.send()`` per
+  message (half record sent and acknowledged; the first also writes the evidence row), DB
+  commit, COMMIT op. Threads share one ``OutboxProducer``, as a service's would.
+- **baseline A**: the same business write, commit, then a synchronous idempotent produce.
+- **baseline B**: the same business write plus one ``outbox_messages`` row per message, in the
+  same DB transaction (no relay runs meanwhile; its cost is the relay path's).
+
+Every configuration starts from empty tables, warms up, then runs ``runs`` timed runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+import outbox
+from bench.baselines import SyncProducer, create_outbox_table, place_order_a, place_order_b
+from bench.config import BenchConfig
+from bench.load import LoadResult, closed_loop
+from bench.model import Row, ScenarioResult, repeat
+from bench.procs import Context, create_topic, unique
+from bench.services import Services, engine_for
+from bench.workload import CUSTOMER_KEYS, PAYLOAD, business_write, clear, create_schema
+from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
+
+IMPLS = ("ours", "baseline_a", "baseline_b")
+UNITS = {"txn_per_s": "txn/s", "p50_ms": "ms", "p99_ms": "ms", "errors": "count"}
+COLUMNS = {"txn_per_s": "txn/s", "p50_ms": "p50 ms", "p99_ms": "p99 ms", "errors": "errors"}
+TABLES = ["bench_orders", "outbox_evidence", "outbox_messages"]
+
+
+def outbox_settings(bootstrap: str, prefix: str, **extra: Any) -> OutboxSettings:
+    """The producer's settings in every scenario: defaults, 6 partitions, group ``bench``."""
+    return OutboxSettings(
+        bootstrap_servers=bootstrap, producer_group="bench", topic_prefix=prefix, **extra
+    )
+
+
+def ours(producer: OutboxProducer, factory: Callable[[], Session], topic: str) -> Any:
+    """The example service's transaction, decorated as a user would."""
+
+    @outbox.transactional(producer=producer, session_factory=factory)
+    def place_order(customer: int, messages: int, *, session: Session) -> None:
+        business_write(session, customer)
+        for _ in range(messages):
+            outbox.send(topic, PAYLOAD, key=CUSTOMER_KEYS[customer])
+
+    return place_order
+
+
+class ProducerBench:
+    """One database with the business tables, the evidence and outbox tables, and producers."""
+
+    def __init__(self, services: Services, db: str) -> None:
+        self.db = db
+        self.url = services.database(db, "producer")
+        migrations.upgrade(self.url)
+        setup = engine_for(self.url)
+        create_schema(setup)
+        create_outbox_table(setup)
+        setup.dispose()
+        self.settings = outbox_settings(services.bootstrap, unique("__outbox-producer"))
+        ensure_topics(self.settings)
+        self.topic = unique("bench-orders")
+        create_topic(services.bootstrap, self.topic)
+        self.producer = OutboxProducer(self.settings)
+        self.sync = SyncProducer(services.bootstrap)
+
+    def transaction(
+        self, impl: str, factory: sessionmaker[Session], messages: int
+    ) -> Callable[[int], None]:
+        """One business transaction of ``impl`` for a customer."""
+        if impl == "ours":
+            place = ours(self.producer, factory, self.topic)
+
+            def txn(customer: int) -> None:
+                place(customer, messages)
+
+        elif impl == "baseline_a":
+
+            def txn(customer: int) -> None:
+                place_order_a(factory, self.sync, self.topic, customer, messages)
+
+        else:
+
+            def txn(customer: int) -> None:
+                place_order_b(factory, self.topic, customer, messages)
+
+        return txn
+
+    def close(self) -> None:
+        self.producer.close()
+        self.sync.close()
+
+
+def measure(
+    bench: ProducerBench,
+    impl: str,
+    workers: int,
+    messages: int,
+    config: BenchConfig,
+    profiles: list[Any] | None,
+) -> Row:
+    engine = engine_for(bench.url, pool_size=workers)
+    clear(engine, TABLES)
+    factory = sessionmaker(engine)
+    txn = bench.transaction(impl, factory, messages)
+    runs: list[LoadResult] = []
+
+    def timed() -> dict[str, float]:
+        load = closed_loop(
+            txn, workers=workers, seconds=config.seconds, profile=profiles is not None
+        )
+        runs.append(load)
+        if profiles is not None:
+            profiles.extend(load.profiles)
+        return load.figures()
+
+    try:
+        metrics = repeat(
+            timed,
+            runs=config.runs,
+            units=UNITS,
+            warmup=lambda: closed_loop(txn, workers=workers, seconds=config.warmup_seconds),
+        )
+    finally:
+        engine.dispose()
+    info: dict[str, Any] = {"transactions_per_run": [r.completed for r in runs]}
+    errors = [r.first_error for r in runs if r.first_error]
+    if errors:
+        info["first_error"] = errors[0]
+    return Row(
+        {"impl": impl, "db": bench.db, "workers": workers, "messages": messages}, metrics, info
+    )
+
+
+def run(
+    services: Services, config: BenchConfig, ctx: Context, *, profile: bool = False
+) -> ScenarioResult:
+    started = time.monotonic()
+    result = ScenarioResult(
+        "producer",
+        "Producer path: committed transactions/s and latency of one transaction",
+        keys=["impl", "db", "workers", "messages"],
+        columns=COLUMNS,
+    )
+    profiles: list[Any] | None = [] if profile else None
+    for db in config.databases:
+        bench = ProducerBench(services, db)
+        try:
+            for impl in [i for i in IMPLS if i in config.impls]:
+                for workers in config.workers:
+                    for messages in config.messages:
+                        row = measure(bench, impl, workers, messages, config, profiles)
+                        result.rows.append(row)
+                        _progress(row)
+        finally:
+            bench.close()
+    result.notes.append(
+        "Threads share one producer and one connection pool sized to the threads; each "
+        "transaction is one small UPDATE and one 1 KiB INSERT plus 1 KiB messages. Baseline B's "
+        "relay is not running during this scenario (see the relay path)."
+    )
+    if profiles:
+        write_thread_profiles(profiles, ctx, "producer-workers")
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def write_thread_profiles(profiles: list[Any], ctx: Context, name: str) -> None:
+    """The worker threads' pyinstrument sessions, combined, as HTML and text."""
+    from pyinstrument.renderers import ConsoleRenderer, HTMLRenderer
+    from pyinstrument.session import Session as ProfileSession
+
+    # Each thread's samples hang under its own thread frame; put them under one, so the
+    # profile reads as "where the workers' time goes" rather than one tree per thread.
+    merged = "bench-workers\x00<thread>\x000"
+    for session in profiles:
+        session.frame_records = [
+            ([merged, *stack[1:]] if stack and "\x00<thread>\x00" in stack[0] else stack, t)
+            for stack, t in session.frame_records
+        ]
+    combined = functools.reduce(ProfileSession.combine, profiles)
+    folder = ctx.folder / "profile"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.html").write_text(HTMLRenderer().render(combined))
+    text = ConsoleRenderer(unicode=True, color=False, show_all=False).render(combined)
+    (folder / f"{name}.txt").write_text(text)
+
+
+def _progress(row: Row) -> None:
+    c, m = row.config, row.metrics
+    print(
+        f"  producer {c['impl']:<10} {c['db']:<10} workers={c['workers']:<3} "
+        f"messages={c['messages']:<3} {m['txn_per_s'].median:>9,.0f} txn/s  "
+        f"p50 {m['p50_ms'].median:6.1f} ms  p99 {m['p99_ms'].median:6.1f} ms  "
+        f"errors {m['errors'].median:.0f}",
+        flush=True,
+    )
