@@ -6,7 +6,7 @@ A local database transaction and the messages sent inside it either both happen 
 from __future__ import annotations
 
 from outbox.consumer import Deduplicator
-from outbox.decorator import configure, current_transaction, send, transactional
+from outbox.decorator import configure, current_transaction, send, send_batch, transactional
 from outbox.errors import (
     ConfigurationError,
     DelayNotSupportedError,
@@ -77,5 +77,6 @@ __all__ = [
     "ensure_topics",
     "json_serializer",
     "send",
+    "send_batch",
     "transactional",
 ]

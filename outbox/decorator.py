@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
 from sqlalchemy.orm import Session
 
 from outbox.errors import ConfigurationError, NoActiveTransactionError
-from outbox.message import Headers, Serializer
+from outbox.message import Headers, Message, Serializer
 from outbox.producer import OutboxProducer, SessionSource, current
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
@@ -125,6 +125,18 @@ def send(
     return current_transaction().send(
         topic, value, key, headers, serializer=serializer, delay=delay
     )
+
+
+def send_batch(
+    messages: Iterable[Message], *, serializer: Serializer | None = None
+) -> HalfCoordinates:
+    """Send several half messages in the current transaction, waiting once for all of them
+    (see :meth:`OutboxTransaction.send_batch`).
+
+    Raises:
+        NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
+    """
+    return current_transaction().send_batch(messages, serializer=serializer)
 
 
 def current_transaction() -> OutboxTransaction:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from outbox.errors import NoActiveTransactionError
+from outbox.errors import InvalidMessageError, NoActiveTransactionError
 from outbox.kafka_io import HalfBatch
-from outbox.message import Headers, Serializer, build_half_message
+from outbox.message import Headers, Message, Serializer, build_half_message
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.ids import new_transaction_id
 from outbox.protocol.op import OpRecord
@@ -82,6 +82,31 @@ class OutboxTransaction:
         """
         message = self.build(topic, value, key, headers, serializer=serializer, delay=delay)
         return self.send_messages([message], count=None)
+
+    def send_batch(
+        self, messages: Iterable[Message], *, serializer: Serializer | None = None
+    ) -> HalfCoordinates:
+        """Send several half messages at once and wait once for all their acknowledgements:
+        one round trip instead of one per message. Their indexes follow the order given.
+
+        Raises:
+            InvalidMessageError: a bad message (a specific subclass); nothing was sent.
+            HalfSendError: Kafka did not acknowledge them; the transaction must not commit.
+        """
+        built = [
+            self.build(
+                m.topic,
+                m.value,
+                m.key,
+                m.headers,
+                serializer=serializer,
+                delay=m.delay_level if m.delay_level is not None else m.deliver_at_ms,
+            )
+            for m in messages
+        ]
+        if not built:
+            raise InvalidMessageError("send_batch needs at least one message")
+        return self.send_messages(built, count=None)
 
     def build(
         self,

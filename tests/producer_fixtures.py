@@ -32,6 +32,9 @@ def outbox_settings(kafka_bootstrap: str) -> OutboxSettings:
         partitions=3,
         send_timeout_s=5,
         send_attempts=2,
+        # tests read the op topic as soon as a transaction returns; the one-way default
+        # (tested on its own) would leave that a race
+        wait_for_op=True,
     )
     ensure_topics(settings)
     return settings

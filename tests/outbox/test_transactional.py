@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
-from outbox import OutboxProducer
+from outbox import OutboxProducer, OutboxSettings
 from outbox.protocol import DecidedBy, Header, OpState, partition_for
 from tests.producer_fixtures import Topics, evidence_ids, order_ids, orders
 
@@ -177,3 +177,40 @@ def test_promoted_header_names_are_reserved_for_the_outbox(
     ):
         txn.send("orders", b"x", headers=[(Header.TXN_ID.value, b"forged")])
     assert topics.halves() == []
+
+
+def test_a_batch_is_sent_with_one_wait_and_keeps_its_order_in_one_transaction(
+    producer: OutboxProducer, session_factory: sessionmaker, topics: Topics
+) -> None:
+    @outbox.transactional(producer=producer, session_factory=session_factory)
+    def ship(*, session: Session) -> str:
+        outbox.send("orders", b"before", key="k-9")
+        outbox.send_batch([outbox.Message("orders", f"item-{i}".encode()) for i in range(5)])
+        return outbox.current_transaction().txn_id
+
+    txn_id = ship()
+    halves = sorted((h for h in topics.halves() if h.txn_id == txn_id), key=lambda h: h.index)
+    [op] = [o for o in topics.ops() if o.txn_id == txn_id]
+    assert [h.message.value for h in halves] == [b"before"] + [b"item-%d" % i for i in range(5)]
+    assert op.half_offsets == tuple(h.offset for h in halves) and op.state is OpState.COMMIT
+    with pytest.raises(outbox.InvalidTopicError), producer.transaction(session_factory) as txn:
+        txn.send_batch([outbox.Message("fine", b"1"), outbox.Message("bad topic!", b"2")])
+
+
+def test_by_default_the_op_is_sent_one_way_and_still_arrives(
+    outbox_settings: OutboxSettings, session_factory: sessionmaker, topics: Topics
+) -> None:
+    import dataclasses
+    import time
+
+    one_way = OutboxProducer(dataclasses.replace(outbox_settings, wait_for_op=False))
+    try:
+        with one_way.transaction(session_factory) as txn:
+            txn.send("orders", b"x", key="k")
+        deadline = time.monotonic() + 30
+        while not [o for o in topics.ops() if o.txn_id == txn.txn_id]:
+            assert time.monotonic() < deadline, "the one-way op never arrived"
+            time.sleep(0.2)
+        assert one_way.kafka.ops_sent == 1 and one_way.kafka.ops_failed == 0
+    finally:
+        one_way.close()
