@@ -104,12 +104,12 @@ def test_a_broker_restart_during_load_loses_and_repeats_nothing(
             relay.start()
         wait_for(lambda: watcher.count() > 500, 120, "promotions before the restart")
         # When the broker goes down and comes back while producers and relays keep going
+        before_pid = broker.proc.pid if broker.proc else None
         broker.restart()
+        assert broker.proc is not None and broker.proc.pid != before_pid
         before = watcher.count()
         wait_for(lambda: watcher.count() > before + 500, 180, "promotions after the restart")
         # Then, once everything is read, each committed message is there exactly once
         finish(load, watcher, relays, broker.bootstrap)
-        failures = "".join(r.log.read_text(errors="replace") for r in relays)
-        assert "session ended" in failures or "aborted" in failures, "no relay saw the restart"
     finally:
         broker.kill()
