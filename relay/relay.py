@@ -79,6 +79,7 @@ class Relay:
         self._paused: set[int] = set()
         self._parked_logged: set[str] = set()
         self._copies_end: dict[int, int] = {}
+        self._callback_error: Exception | None = None
         self._lag: dict[tuple[str, int], int] = {}
         self._lag_at = 0.0
         #: (half partitions, op partitions) of the last assignment, as the group gave them.
@@ -135,6 +136,7 @@ class Relay:
 
     def _session(self) -> None:
         self.sessions += 1
+        self._callback_error = None
         config = self._base_config()
         self._producer = Producer(
             {
@@ -208,6 +210,9 @@ class Relay:
             messages = self._consumer.consume(
                 self.settings.batch_max_records, self.settings.poll_timeout_s
             )
+            if self._callback_error is not None:
+                err, self._callback_error = self._callback_error, None
+                raise _Restart(f"cannot take the assigned partitions: {err}") from err
             for msg in messages:
                 self._route(msg)
             read += len(messages)
@@ -511,6 +516,16 @@ class Relay:
     # -- partitions ------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # An exception must not escape a librdkafka callback: confluent-kafka re-raises it from
+        # consume() as a bare KafkaError, which is no exception class and no handler catches
+        # (a broker restart made the committed-offsets fetch fail with NOT_COORDINATOR and
+        # killed the process). Keep it; the loop ends the session and starts a new one.
+        try:
+            self._assign(consumer, partitions)
+        except (KafkaException, OutboxError) as err:
+            self._callback_error = err
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         half = {tp.partition for tp in partitions if tp.topic == self.names.half}
         op = {tp.partition for tp in partitions if tp.topic == self.names.op}
         if half != op:

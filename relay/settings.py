@@ -30,8 +30,9 @@ class RelaySettings:
         batch_max_records: records read before a Kafka transaction is committed. Defaults to
             5000.
         commit_interval_s: longest time between two Kafka transactions; the floor of the
-            promotion latency. Defaults to 0.1 s.
-        poll_timeout_s: how long one poll waits for records. Defaults to 0.05 s.
+            promotion latency. Defaults to 0.05 s.
+        poll_timeout_s: how long one poll waits for records (a poll returns early only with
+            ``batch_max_records`` of them, so this adds to the latency). Defaults to 0.01 s.
         transaction_timeout_s: Kafka's ``transaction.timeout.ms``: how long a crashed
             instance's open Kafka transaction can hold back read_committed readers. Defaults to
             10 s.
@@ -71,8 +72,8 @@ class RelaySettings:
     group_id: str = "outbox-relay"
     instance_id: str = field(default_factory=socket.gethostname)
     batch_max_records: int = 5000
-    commit_interval_s: float = 0.1
-    poll_timeout_s: float = 0.05
+    commit_interval_s: float = 0.05
+    poll_timeout_s: float = 0.01
     transaction_timeout_s: float = 10.0
     put_back_after_s: float = 300.0
     max_held_records: int = 10_000

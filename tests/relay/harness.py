@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from outbox.protocol import (
     new_transaction_id,
     partition_for,
 )
+from outbox.testing.ports import free_port
 from tests.kafka_helpers import create_topic, unique
 
 PARTITIONS = 6
@@ -78,6 +80,8 @@ class Load:
         self.rolled_back: set[str] = set()
         self.commit_order: dict[bytes, list[str]] = defaultdict(list)
         self.errors: list[str] = []
+        self._failed_ops: list[tuple[bytes, bytes, int]] = []
+        self.resent_ops = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="load", daemon=True)
 
@@ -140,15 +144,32 @@ class Load:
             k, v = encode_op(op)
             copies = 2 if self.rng.random() < 0.03 else 1  # a producer and a checker racing
             for _ in range(copies):
-                self.producer.produce(
-                    self.settings.topics.op, key=k, value=v, partition=op.half_partition
-                )
+                self._send_op(k, v, op.half_partition)
             if state is OpState.COMMIT:
                 self.committed[txn_id] = count
                 self.commit_order[key].append(txn_id)
             else:
                 self.rolled_back.add(txn_id)
         self._flush()
+        while self._failed_ops:  # the decision is made: re-send it, as the checker would
+            failed, self._failed_ops = self._failed_ops, []
+            self.resent_ops += len(failed)
+            for k, v, partition in failed:
+                self._send_op(k, v, partition)
+            self._flush()
+
+    def _send_op(self, key: bytes, value: bytes, partition: int) -> None:
+        def on_delivery(err: KafkaError | None, _msg: object) -> None:
+            if err is not None:
+                self._failed_ops.append((key, value, partition))
+
+        self.producer.produce(
+            self.settings.topics.op,
+            key=key,
+            value=value,
+            partition=partition,
+            on_delivery=on_delivery,
+        )
 
     def _delivered(self, offsets: dict[str, list[int]], txn_id: str):  # type: ignore[no-untyped-def]
         def on_delivery(err: KafkaError | None, msg: object) -> None:
@@ -247,6 +268,7 @@ class RelayProcess:
             "OUTBOX_RELAY_INSTANCE_ID": name,
             "OUTBOX_RELAY_SHUTDOWN_GRACE_S": str(GRACE_S),
             "OUTBOX_RELAY_KAFKA__SESSION_TIMEOUT_MS": "6000",
+            "OUTBOX_RELAY_HTTP_PORT": str(free_port()),
             **{f"OUTBOX_RELAY_{k.upper()}": str(v) for k, v in settings.items()},
         }
         self.proc: subprocess.Popen[bytes] | None = None
@@ -280,6 +302,21 @@ class RelayProcess:
         code = self.proc.wait(GRACE_S + 20)
         assert code == 0, f"{self.name} exited {code}:\n{self.tail()}"
         return time.monotonic() - started
+
+    def metrics(self) -> str:
+        """Its gauges and counters (no histograms), for a failure report; empty if down."""
+        port = self.env["OUTBOX_RELAY_HTTP_PORT"]
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError as err:
+            return f"(no metrics: {err})"
+        keep = ("lag", "pending", "parked", "aborts", "dead_lettered", "promoted_total", "held")
+        return "\n".join(
+            line
+            for line in text.splitlines()
+            if line.startswith("outbox_relay_") and any(k in line for k in keep)
+        )
 
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])

@@ -38,7 +38,10 @@ def finish(load: Load, watcher: Watcher, relays: list[RelayProcess], bootstrap: 
     """Stop the load, let the relays catch up, then check the concurrent and a final read."""
     load.stop()
     try:
-        wait_for(lambda: set(watcher.seen) >= load.expected(), 240, "every committed message")
+        try:
+            wait_for(lambda: set(watcher.seen) >= load.expected(), 240, "every committed message")
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{diagnose(load, watcher, relays)}") from err
         time.sleep(2)  # a late duplicate would show up now
     finally:
         for relay in relays:
@@ -46,6 +49,18 @@ def finish(load: Load, watcher: Watcher, relays: list[RelayProcess], bootstrap: 
         watcher.stop()
     check_exactly_once(load, watcher.seen, watcher.per_key)
     check_exactly_once(load, *final_read(bootstrap, load.real_topic))
+
+
+def diagnose(load: Load, watcher: Watcher, relays: list[RelayProcess]) -> str:
+    """Which committed messages are missing, and what the relays say about themselves."""
+    missing = load.expected() - set(watcher.seen)
+    lines = [
+        f"{len(missing)} of {len(load.expected())} committed messages not seen "
+        f"(ops re-sent after a failed delivery: {load.resent_ops}); some: {sorted(missing)[:5]}"
+    ]
+    for relay in relays:
+        lines.append(f"--- {relay.name} metrics ---\n{relay.metrics()}")
+    return "\n".join(lines)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -300,3 +301,37 @@ def test_relay_restarted_mid_stream_loses_no_committed_message(
     for key, txns in stream.commit_order.items():
         firsts = list(dict.fromkeys(order[key]))
         assert firsts == txns, f"order of {key!r} differs"
+
+
+def test_a_failure_while_taking_assigned_partitions_restarts_the_session(
+    kafka_bootstrap: str,
+    stream: Stream,
+    relay_settings: RelaySettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker restart can fail the committed-offsets fetch inside the assignment callback
+    (NOT_COORDINATOR); raised from there, it once killed the relay process."""
+    real_progress = Relay._progress
+    failures = []
+
+    def fail_once(self: Relay, consumer: Consumer, numbers: list[int]) -> object:
+        if not failures:
+            failures.append(1)
+            # raised by librdkafka's own call, as it was then (a Python-made exception
+            # travels through the callback intact)
+            consumer.committed([TopicPartition(self.names.half, n) for n in numbers], 1e-6)
+        return real_progress(self, consumer, numbers)
+
+    monkeypatch.setattr(Relay, "_progress", fail_once)
+    # Given a relay whose first assignment fails
+    running = RelayThread(replace(relay_settings, retry_backoff_s=0.2))
+    try:
+        stream.write([(b"a", 2, OpState.COMMIT), (b"b", 1, OpState.COMMIT)])
+        # Then it starts a new session, takes the partitions and promotes
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
+        assert failures == [1]
+        assert running.relay.sessions >= 2
+        assert running.thread.is_alive()
+    finally:
+        running.stop()
+    assert max(delivered(kafka_bootstrap, stream).values()) == 1
