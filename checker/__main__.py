@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 from types import FrameType
@@ -26,6 +27,7 @@ def run(settings: CheckerSettings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks to stderr
     try:
         checker.run()
     finally:

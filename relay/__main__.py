@@ -1,19 +1,59 @@
 """``python -m relay``: run one relay instance with settings from ``OUTBOX_RELAY_*``.
 
 SIGTERM and SIGINT finish the open Kafka transaction (within ``shutdown_grace_s``) and exit 0;
-exit 2 means the settings are invalid.
+exit 2 means the settings are invalid; exit 3 means the loop was stuck for ``stuck_exit_s`` (a
+Kafka client call that never returned) and the process gave up so that its supervisor starts a
+fresh one - the broker aborts the open Kafka transaction and the next process redoes it. SIGUSR1
+writes every thread's stack to stderr (for a relay that looks stuck; it goes on running).
 """
 
 from __future__ import annotations
 
+import faulthandler
+import logging
+import os
 import signal
 import sys
+import threading
 from types import FrameType
 
 from outbox.errors import ConfigurationError
 from outbox.logs import configure_logging
 from relay.relay import Relay
 from relay.settings import RelaySettings
+
+#: Exit code of a relay whose loop was stuck.
+EXIT_STUCK = 3
+
+log = logging.getLogger("relay")
+
+
+def watch(relay: Relay, limit_s: float, every_s: float = 5.0) -> threading.Thread:
+    """Exit the process when the relay loop has not turned for ``limit_s``.
+
+    A thread cannot interrupt a C call that never returns, and a new session in the same
+    process would share state with the stuck one; a fresh process is the clean way out. Its
+    correctness is a SIGKILL's: the Kafka transaction it had open is aborted, the committed
+    offsets say where to start again.
+    """
+
+    def check() -> None:
+        while not relay.closed.wait(every_s):
+            idle = relay.idle_s()
+            if idle > limit_s:
+                log.critical(
+                    "the relay loop has not turned for %.0f s (a Kafka client call does not "
+                    "return); exiting with code %d so that a fresh process takes over - "
+                    "stacks follow",
+                    idle,
+                    EXIT_STUCK,
+                )
+                faulthandler.dump_traceback(all_threads=True)
+                os._exit(EXIT_STUCK)
+
+    thread = threading.Thread(target=check, name="relay-watchdog", daemon=True)
+    thread.start()
+    return thread
 
 
 def run(settings: RelaySettings) -> int:
@@ -26,6 +66,9 @@ def run(settings: RelaySettings) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    if settings.stuck_exit_s:
+        watch(relay, settings.stuck_exit_s)
     relay.run()
     return 0
 

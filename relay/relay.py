@@ -120,8 +120,17 @@ class Relay:
         """Ask ``run()`` to finish the open batch (within the grace period) and return."""
         self._closed.set()
 
+    @property
+    def closed(self) -> threading.Event:
+        """Set once ``close()`` was called."""
+        return self._closed
+
+    def idle_s(self) -> float:
+        """Seconds since the loop last turned (or a session start or rebuild step moved on)."""
+        return time.monotonic() - self._loop_at
+
     def live(self) -> tuple[bool, str]:
-        idle = time.monotonic() - self._loop_at
+        idle = self.idle_s()
         if idle > self.settings.liveness_timeout_s:
             return False, f"the relay loop has not turned for {idle:.0f} s"
         return True, "ok"
@@ -137,6 +146,7 @@ class Relay:
     def _session(self) -> None:
         self.sessions += 1
         self._callback_error = None
+        self._loop_at = time.monotonic()
         config = self._base_config()
         self._producer = Producer(
             {
@@ -161,6 +171,7 @@ class Relay:
         )
         try:
             self._producer.init_transactions(self.settings.transaction_timeout_s * 3)
+            self._loop_at = time.monotonic()
             self._consumer = Consumer(
                 {
                     "session.timeout.ms": 10000,
@@ -576,6 +587,7 @@ class Relay:
         starts = self._history.starts_for_time(progress, window_ms)
         states = {}
         for p, at in progress.items():
+            self._loop_at = time.monotonic()  # a long rebuild is progress, not a hang
             _, end = self._consumer.get_watermark_offsets(
                 TopicPartition(self.names.half, p), timeout=10, cached=False
             )

@@ -61,6 +61,10 @@ class RelaySettings:
         liveness_timeout_s: ``/healthz`` fails when the loop has not turned for this long.
             Defaults to 60 s.
         retry_backoff_s: pause before starting over after a Kafka failure. Defaults to 1 s.
+        stuck_exit_s: ``python -m relay`` exits with code 3 when its loop has not turned for
+            this long (a Kafka client call that never returns: librdkafka can hang in
+            ``send_offsets_to_transaction`` after a broker restart), so that its supervisor
+            starts a fresh process; 0 turns it off. Defaults to 300 s.
         shutdown_grace_s: how long SIGTERM may take to finish the open Kafka transaction.
             Defaults to 10 s.
         log_format: ``text`` or ``json`` (one JSON object per line). Defaults to ``text``.
@@ -88,6 +92,7 @@ class RelaySettings:
     http_host: str = "0.0.0.0"
     liveness_timeout_s: float = 60.0
     retry_backoff_s: float = 1.0
+    stuck_exit_s: float = 300.0
     shutdown_grace_s: float = 10.0
     log_format: str = "text"
     kafka: Mapping[str, Any] = field(default_factory=dict)
@@ -118,6 +123,8 @@ class RelaySettings:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+        if self.stuck_exit_s < 0:
+            raise ConfigurationError(f"stuck_exit_s={self.stuck_exit_s!r} must be 0 (off) or more")
         if not 0 <= self.http_port <= 65535:
             raise ConfigurationError(f"http_port={self.http_port!r} must be 0-65535")
         if self.log_format not in ("text", "json"):

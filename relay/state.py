@@ -194,6 +194,9 @@ class PartitionState:
     fetched: dict[str, dict[int, HalfRecord] | None] = field(default_factory=dict)
     #: Actions decided since the last batch was handed out.
     out: list[Action] = field(default_factory=list)
+    #: Pending transactions whose records may still be held, in read order: the eviction
+    #: candidates (stale ids are skipped), so evicting never rescans evicted entries.
+    unevicted: deque[str] = field(default_factory=deque)
     held: int = 0
     counters: Counters = field(default_factory=Counters)
     _log_end: int = 0
@@ -215,6 +218,7 @@ class PartitionState:
         if entry is None:
             entry = Entry(txn, sys.intern(record.producer_group), op_pos=self._floor())
             self.pending[txn] = entry
+            self._candidate(txn)
         old = entry.where.get(record.index)
         if old is None or record.offset > old[0]:  # a newer copy replaces what was read
             entry.where[record.index] = (record.offset, record.timestamp_ms)
@@ -397,6 +401,7 @@ class PartitionState:
             entry.where[record.index] = (record.offset, record.timestamp_ms)
             entry.records[record.index] = record
         self.pending[txn_id] = entry
+        self._candidate(txn_id)
         self.held += len(entry.records)
         self._evict()
 
@@ -450,10 +455,12 @@ class PartitionState:
         Entries are visited in the order they were read, which is (nearly) offset order, and
         the visit stops at the first young one, so a batch costs what it puts back.
         """
-        done = 0
-        for entry in list(self.pending.values()):
-            if done >= limit or entry.first_ts_ms > older_than_ms:
+        due: list[Entry] = []
+        for entry in self.pending.values():  # no copy of the whole dict: only what is due
+            if len(due) >= limit or entry.first_ts_ms > older_than_ms:
                 break
+            due.append(entry)
+        for entry in due:
             if entry.evicted:
                 if entry.txn_id not in self.fetched:
                     return Need(entry.txn_id, entry.offsets())
@@ -467,16 +474,20 @@ class PartitionState:
             self.counters.put_back += 1
             self.in_flight[entry.txn_id] = (self.op_position, len(records))
             self._forget(entry.txn_id)
-            done += 1
         return None
+
+    def _candidate(self, txn_id: str) -> None:
+        self.unevicted.append(txn_id)
+        if len(self.unevicted) > 2 * len(self.pending) + 1024:  # mostly decided ones: trim
+            self.unevicted = deque(t for t, e in self.pending.items() if not e.evicted)
 
     def _evict(self) -> None:
         if self.held <= self.max_held_records:
             return
-        for entry in self.pending.values():  # read order: the oldest go first
-            if self.held <= self.max_held_records:
-                return
-            if entry.evicted:
+        candidates = self.unevicted
+        while self.held > self.max_held_records and candidates:  # the oldest go first
+            entry = self.pending.get(candidates.popleft())
+            if entry is None or entry.evicted:
                 continue
             self.held -= len(entry.records)
             self.counters.evicted += len(entry.records)

@@ -120,20 +120,31 @@ def decode_half(
     """
     ours: dict[str, bytes] = {}
     user: list[tuple[str, bytes]] = []
-    pairs = list(headers.items()) if isinstance(headers, Mapping) else (headers or [])
+    if type(headers) is list:  # what confluent-kafka hands out
+        pairs: Sequence[tuple[str, str | bytes | None]] = headers
+    elif isinstance(headers, Mapping):
+        pairs = list(headers.items())
+    else:
+        pairs = headers or []
     normalized = pairs
-    for _, raw in pairs:
-        if type(raw) is not bytes:  # None or str: normalise them all (rare: not from Kafka)
+    for name, data in pairs:  # one pass; the rare non-bytes value sends it to the slow path
+        if type(data) is not bytes:
             normalized = [
                 (n, v if type(v) is bytes else (v.encode() if isinstance(v, str) else b""))
                 for n, v in pairs
             ]
+            ours.clear()
+            user.clear()
+            for n, v in normalized:
+                if n.startswith(RESERVED_HEADER_PREFIX):
+                    ours[n] = v  # type: ignore[assignment]
+                else:
+                    user.append((n, v))  # type: ignore[arg-type]
             break
-    for name, data in normalized:
         if name.startswith(RESERVED_HEADER_PREFIX):
-            ours[name] = data  # type: ignore[assignment]
+            ours[name] = data
         else:
-            user.append((name, data))  # type: ignore[arg-type]
+            user.append((name, data))
     version = ours.get(_SCHEMA)
     if version != _VERSION:
         raise UnknownSchemaVersionError(

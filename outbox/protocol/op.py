@@ -55,6 +55,13 @@ def encode_op(op: OpRecord) -> tuple[bytes, bytes]:
     return op.txn_id.encode(), json.dumps(document, separators=(",", ":")).encode()
 
 
+# Lookups by value without the enum's call machinery (one op per transaction on the relay's
+# hot path); an unknown value is a KeyError, reported like any malformed field.
+_STATES = {state.value: state for state in OpState}
+_DECIDERS = {decider.value: decider for decider in DecidedBy}
+_json = json.JSONDecoder()
+
+
 def decode_op(
     key: bytes | None, value: bytes | None, *, partition: int = -1, offset: int = -1
 ) -> OpRecord | None:
@@ -68,7 +75,7 @@ def decode_op(
         return None
     where = f"op record at partition {partition} offset {offset}"
     try:
-        doc = json.loads(value.decode())  # bytes would make json sniff the encoding first
+        doc = _json.decode(value.decode())  # bytes would make json sniff the encoding first
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise ProtocolError(f"{where} is not a JSON document: {err}") from err
     if not isinstance(doc, dict):
@@ -82,11 +89,11 @@ def decode_op(
         half = doc["half"]
         op = OpRecord(
             txn_id=validate_transaction_id(doc["txn_id"]),
-            state=OpState(doc["state"]),
+            state=_STATES[doc["state"]],
             producer_group=str(doc["producer_group"]),
             half_partition=int(half["partition"]),
-            half_offsets=tuple(int(o) for o in half["offsets"]),
-            decided_by=DecidedBy(doc["decided_by"]),
+            half_offsets=tuple(map(int, half["offsets"])),
+            decided_by=_DECIDERS[doc["decided_by"]],
             decided_at_ms=int(doc["decided_at_ms"]),
             reason=doc.get("reason"),
             partition=partition,

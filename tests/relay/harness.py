@@ -34,6 +34,7 @@ from outbox.protocol import (
     partition_for,
 )
 from outbox.testing.ports import free_port
+from relay.__main__ import EXIT_STUCK
 from tests.kafka_helpers import create_topic, unique
 
 PARTITIONS = 6
@@ -184,7 +185,7 @@ class Load:
             self.errors.append(f"{left} records not acknowledged")
 
     def expected(self) -> set[tuple[str, int]]:
-        return {(t, i) for t, n in self.committed.items() for i in range(n)}
+        return {(t, i) for t, n in list(self.committed.items()) for i in range(n)}
 
 
 class Watcher:
@@ -272,6 +273,8 @@ class RelayProcess:
             **{f"OUTBOX_RELAY_{k.upper()}": str(v) for k, v in settings.items()},
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stuck_exits = 0
+        self.stopping = False
         self.started_at = 0
 
     def start(self) -> None:
@@ -280,6 +283,21 @@ class RelayProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "relay"], env=self.env, stdout=out, stderr=subprocess.STDOUT
             )
+
+    def supervise(self) -> None:
+        """Start it again whenever it gives up stuck (exit 3), as a deployment's supervisor
+        (Kubernetes, compose's restart policy, systemd) would."""
+        self.env["OUTBOX_RELAY_STUCK_EXIT_S"] = "60"
+
+        def loop() -> None:
+            while not self.stopping:
+                proc = self.proc
+                if proc is not None and proc.poll() == EXIT_STUCK:
+                    self.stuck_exits += 1
+                    self.start()
+                time.sleep(0.5)
+
+        threading.Thread(target=loop, name=f"supervise-{self.name}", daemon=True).start()
 
     def holds_partitions(self) -> bool:
         """Its log says, since its last start, that it was assigned at least one partition."""
@@ -303,6 +321,16 @@ class RelayProcess:
         assert code == 0, f"{self.name} exited {code}:\n{self.tail()}"
         return time.monotonic() - started
 
+    def stacks(self) -> str:
+        """Every thread's stack (SIGUSR1 makes the relay write them to its log)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return f"(not running: exit code {None if self.proc is None else self.proc.returncode})"
+        size = self.log.stat().st_size
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        text = self.log.read_bytes()[size:].decode(errors="replace")
+        return "\n".join(line for line in text.splitlines() if not line.startswith("%"))
+
     def metrics(self) -> str:
         """Its gauges and counters (no histograms), for a failure report; empty if down."""
         port = self.env["OUTBOX_RELAY_HTTP_PORT"]
@@ -322,6 +350,7 @@ class RelayProcess:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
     def stop(self) -> None:
+        self.stopping = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

@@ -59,7 +59,9 @@ def diagnose(load: Load, watcher: Watcher, relays: list[RelayProcess]) -> str:
         f"(ops re-sent after a failed delivery: {load.resent_ops}); some: {sorted(missing)[:5]}"
     ]
     for relay in relays:
-        lines.append(f"--- {relay.name} metrics ---\n{relay.metrics()}")
+        lines.append(f"--- {relay.name} (stuck exits: {relay.stuck_exits}) metrics ---")
+        lines.append(relay.metrics())
+        lines.append(f"--- {relay.name} stacks ---\n{relay.stacks()}")
     return "\n".join(lines)
 
 
@@ -117,13 +119,17 @@ def test_a_broker_restart_during_load_loses_and_repeats_nothing(
         ]
         for relay in relays:
             relay.start()
+            relay.supervise()  # librdkafka can hang after a restart; the relay then exits 3
         wait_for(lambda: watcher.count() > 500, 120, "promotions before the restart")
         # When the broker goes down and comes back while producers and relays keep going
         before_pid = broker.proc.pid if broker.proc else None
         broker.restart()
         assert broker.proc is not None and broker.proc.pid != before_pid
         before = watcher.count()
-        wait_for(lambda: watcher.count() > before + 500, 180, "promotions after the restart")
+        try:
+            wait_for(lambda: watcher.count() > before + 500, 180, "promotions after the restart")
+        except AssertionError as err:
+            raise AssertionError(f"{err}\n{diagnose(load, watcher, relays)}") from err
         # Then, once everything is read, each committed message is there exactly once
         finish(load, watcher, relays, broker.bootstrap)
     finally:
