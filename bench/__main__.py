@@ -77,7 +77,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="librdkafka setting of the end-to-end consumer (repeat); default: its defaults",
+        help="librdkafka setting of the end-to-end consumer (repeat); default fetch.wait.max.ms=10",
     )
     add("--profile", choices=PROFILABLE, help="run this one scenario under pyinstrument")
     add("--update-readme", action="store_true", help="rewrite README.md's benchmark section")
