@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -84,7 +85,19 @@ class HalfFetcher:
                 error = msg.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        return found
+                        if int(msg.offset() or 0) > last:
+                            return found
+                        # Below offsets known to exist: a high watermark restored from its
+                        # checkpoint after a broker restart. "Not found" would reject the
+                        # transaction; wait for the broker instead.
+                        idle += 1
+                        if idle > self.timeout_s:
+                            raise KafkaOperationError(
+                                f"half partition {partition} ends at {msg.offset()} for now, "
+                                f"below {last}"
+                            )
+                        time.sleep(0.2)
+                        continue
                     if error.code() == KafkaError._AUTO_OFFSET_RESET:
                         return None  # below the log start: removed by retention
                     raise KafkaOperationError(f"half partition {partition}: {error}", error)

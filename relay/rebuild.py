@@ -10,6 +10,7 @@ duplicate op (a producer's op arriving after the checker already decided) is sti
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -124,7 +125,20 @@ class OpHistory:
             error = msg.error()
             if error is not None:
                 if error.code() == KafkaError._PARTITION_EOF:
-                    break
+                    if int(msg.offset() or 0) >= end:
+                        break
+                    # The end as the broker sees it now lies below offsets read before: its
+                    # high watermark right after a restart can (it is restored from a
+                    # checkpoint). Stopping here would forget decisions - and a repeated op
+                    # read later would promote a transaction again. Wait for it.
+                    idle += 1
+                    if idle > 30:
+                        raise KafkaOperationError(
+                            f"op partition {partition} ends at {msg.offset()} for now, below "
+                            f"{end}; read again later"
+                        )
+                    time.sleep(0.2)
+                    continue
                 raise KafkaOperationError(f"reading op partition {partition}: {error}", error)
             offset = int(msg.offset() or 0)
             if offset >= end:

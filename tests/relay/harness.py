@@ -194,6 +194,9 @@ class Watcher:
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.seen: Counter[tuple[str, int]] = Counter()
         self.per_key: dict[bytes, list[str]] = defaultdict(list)
+        #: (partition, offset) each message was read at: a repeat at the same offset is a
+        #: re-read by this consumer, at another offset a second copy in the topic.
+        self.where: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -220,7 +223,9 @@ class Watcher:
         headers = dict(msg.headers())  # type: ignore[attr-defined]
         txn = headers[Header.TXN_ID].decode()
         with self._lock:
-            self.seen[(txn, int(headers[Header.MESSAGE_INDEX]))] += 1
+            message = (txn, int(headers[Header.MESSAGE_INDEX]))
+            self.seen[message] += 1
+            self.where[message].append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
             order = self.per_key[msg.key()]  # type: ignore[attr-defined]
             if not order or order[-1] != txn:
                 order.append(txn)

@@ -47,8 +47,10 @@ def finish(load: Load, watcher: Watcher, relays: list[RelayProcess], bootstrap: 
         for relay in relays:
             relay.stop()
         watcher.stop()
+    check_exactly_once(load, *final_read(bootstrap, load.real_topic))  # what the topic holds
+    repeated = {m: watcher.where[m] for m, n in watcher.seen.items() if n > 1}
+    assert not repeated, f"the concurrent reader saw repeats at (partition, offset): {repeated}"
     check_exactly_once(load, watcher.seen, watcher.per_key)
-    check_exactly_once(load, *final_read(bootstrap, load.real_topic))
 
 
 def diagnose(load: Load, watcher: Watcher, relays: list[RelayProcess]) -> str:
