@@ -64,7 +64,7 @@ class RelaySettings:
         stuck_exit_s: ``python -m relay`` exits with code 3 when its loop has not turned for
             this long (a Kafka client call that never returns: librdkafka can hang in
             ``send_offsets_to_transaction`` after a broker restart), so that its supervisor
-            starts a fresh process; 0 turns it off. Defaults to 300 s.
+            starts a fresh process; 0 turns it off. Defaults to 120 s.
         shutdown_grace_s: how long SIGTERM may take to finish the open Kafka transaction.
             Defaults to 10 s.
         log_format: ``text`` or ``json`` (one JSON object per line). Defaults to ``text``.
@@ -92,7 +92,7 @@ class RelaySettings:
     http_host: str = "0.0.0.0"
     liveness_timeout_s: float = 60.0
     retry_backoff_s: float = 1.0
-    stuck_exit_s: float = 300.0
+    stuck_exit_s: float = 120.0
     shutdown_grace_s: float = 10.0
     log_format: str = "text"
     kafka: Mapping[str, Any] = field(default_factory=dict)

@@ -291,7 +291,7 @@ class RelayProcess:
 
     def supervise(self) -> None:
         """Start it again whenever it gives up stuck (exit 3), as a deployment's supervisor
-        (Kubernetes, compose's restart policy, systemd) would."""
+        (Kubernetes, compose's restart policy, systemd) would. Call before ``start()``."""
         self.env["OUTBOX_RELAY_STUCK_EXIT_S"] = "60"
 
         def loop() -> None:

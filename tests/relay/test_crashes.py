@@ -120,8 +120,8 @@ def test_a_broker_restart_during_load_loses_and_repeats_nothing(
             RelayProcess(broker.bootstrap, prefix, group, f"relay-{i}", logs) for i in range(2)
         ]
         for relay in relays:
-            relay.start()
             relay.supervise()  # librdkafka can hang after a restart; the relay then exits 3
+            relay.start()
         wait_for(lambda: watcher.count() > 500, 120, "promotions before the restart")
         # When the broker goes down and comes back while producers and relays keep going
         before_pid = broker.proc.pid if broker.proc else None
