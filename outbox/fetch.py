@@ -99,7 +99,18 @@ class HalfFetcher:
                         time.sleep(0.2)
                         continue
                     if error.code() == KafkaError._AUTO_OFFSET_RESET:
-                        return None  # below the log start: removed by retention
+                        low, _ = self._consumer.get_watermark_offsets(
+                            TopicPartition(self.topic, partition), timeout=10, cached=False
+                        )
+                        if first < low:
+                            return None  # below the log start: removed by retention
+                        # above the end the broker shows now (right after a restart): a
+                        # "not found" would reject a transaction whose records exist
+                        raise KafkaOperationError(
+                            f"half partition {partition}: offset {first} out of range for now "
+                            f"({error.str()}); read again later",
+                            error,
+                        )
                     raise KafkaOperationError(f"half partition {partition}: {error}", error)
                 offset = int(msg.offset() or 0)
                 if offset > last:

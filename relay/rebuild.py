@@ -86,6 +86,8 @@ class OpHistory:
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "enable.partition.eof": True,
+                # never jump silently: a read that skipped ops would forget decisions
+                "auto.offset.reset": "error",
             }
         )
 
@@ -124,6 +126,17 @@ class OpHistory:
                 continue
             error = msg.error()
             if error is not None:
+                if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                    low, _ = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+                    if start < low:  # the oldest ops are gone (a delete policy): from the start
+                        start = tp.offset = int(low)
+                        self._consumer.assign([tp])
+                        continue
+                    raise KafkaOperationError(
+                        f"op partition {partition}: offset {start} out of range for now "
+                        f"({error.str()}); read again later",
+                        error,
+                    )
                 if error.code() == KafkaError._PARTITION_EOF:
                     if int(msg.offset() or 0) >= end:
                         break

@@ -183,7 +183,11 @@ class Relay:
                     "partition.assignment.strategy": "range",
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
-                    "auto.offset.reset": "earliest",
+                    # Offsets are always given on assignment (the committed progress, or 0).
+                    # Out of range means the broker shows less than was read before (right
+                    # after a restart) or retention removed records: jumping to either end
+                    # would repeat or skip decisions, so the session starts over instead.
+                    "auto.offset.reset": "error",
                 }
             )
             self._consumer.subscribe(
@@ -245,6 +249,9 @@ class Relay:
     def _route(self, msg: Message) -> None:
         error = msg.error()
         if error is not None:
+            if error.code() == KafkaError._AUTO_OFFSET_RESET:
+                self._out_of_range(str(msg.topic()), int(msg.partition() or 0), error)
+                return
             if error.code() != KafkaError._PARTITION_EOF:
                 log.warning("consumer error: %s", error.str())
             return
@@ -275,6 +282,38 @@ class Relay:
         except ProtocolError as err:
             bad = _bad(msg, state.partition, offset, str(err))
             state.add_bad(bad, half=msg.topic() == self._half)
+
+    def _out_of_range(self, topic: str, partition: int, error: KafkaError) -> None:
+        """Below the log start: retention removed records before they were read; go on from
+        the start (nothing else can be done) and say so. At or past the end: the broker
+        shows less than was read before (right after a restart): start over."""
+        assert self._consumer is not None
+        state = self.states.get(partition)
+        if state is None:
+            return
+        if topic == self._half:
+            position = state.half_position
+        else:
+            position = state.queue[-1][0] + 1 if state.queue else state.op_position
+        low, _ = self._consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=10, cached=False
+        )
+        if position < low:
+            log.error(
+                "%s[%d]: offsets %d..%d were removed by retention before the relay read them "
+                "(lengthen the retention of the internal topics); going on from %d",
+                topic,
+                partition,
+                position,
+                low - 1,
+                low,
+            )
+            try:
+                self._consumer.seek(TopicPartition(topic, partition, int(low)))
+            except KafkaException as err:
+                raise _Restart(f"cannot move {topic}[{partition}] to {low}: {err}") from err
+            return
+        raise _Restart(f"{topic}[{partition}] position {position} out of range: {error.str()}")
 
     def _flow_control(self) -> None:
         """Pause reading an op partition whose queue is long; resume it once it drained."""
