@@ -13,6 +13,7 @@ assignor and have equal partition counts, so one instance owns partition p of bo
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -358,9 +359,7 @@ class Relay:
                     TopicPartition(self.names.op, p, b.op_offset, metadata=b.metadata),
                 )
             ]
-            self._producer.send_offsets_to_transaction(
-                offsets, self._consumer.consumer_group_metadata(), timeout
-            )
+            self._send_offsets(offsets, timeout)
             self._commit(timeout)
         except KafkaException as err:
             self._failed(err.args[0], timeout)
@@ -369,6 +368,22 @@ class Relay:
         for p, b in todo.items():
             self._committed[p] = (b.half_offset, b.op_offset, b.metadata)
         self._ready = (True, "committing")
+
+    def _send_offsets(self, offsets: list[TopicPartition], timeout: float) -> None:
+        """librdkafka's contract: a retriable failure (a timeout while the coordinator moves
+        or loads) is retried, not answered by dropping the producer mid-transaction."""
+        assert self._producer is not None and self._consumer is not None
+        for attempt in range(3):
+            try:
+                self._producer.send_offsets_to_transaction(
+                    offsets, self._consumer.consumer_group_metadata(), timeout
+                )
+                return
+            except KafkaException as err:
+                error = err.args[0]
+                if not error.retriable() or attempt == 2:
+                    raise
+                log.warning("send_offsets_to_transaction: %s; retrying", error)
 
     def _commit(self, timeout: float) -> None:
         assert self._producer is not None
@@ -394,14 +409,24 @@ class Relay:
                 log.error(
                     "transaction %s: its real topic refused a write (%s); parked", txn_id, why
                 )
-        if error.fatal() or not error.txn_requires_abort():
+        if error.fatal():
+            raise _Restart(f"Kafka transaction failed: {error.str()}")
+        if not error.txn_requires_abort():
+            # Not required, still done where possible: a producer dropped with a transaction
+            # open leaves the broker to time it out while a new session starts over.
+            with contextlib.suppress(KafkaException):
+                self._producer.abort_transaction(timeout)
             raise _Restart(f"Kafka transaction failed: {error.str()}")
         log.warning("Kafka transaction aborted (%s); redoing from the committed offsets", error)
         try:
             self._producer.abort_transaction(timeout)
         except KafkaException as err:
             raise _Restart(f"abort_transaction failed: {err}") from err
-        self._rewind()
+        # Redo it in a new session rather than with this producer: a new one bumps the
+        # producer epoch (init_transactions), so nothing left of the aborted transaction on
+        # the broker - after a broker restart its view and the client's can differ - can
+        # ever be completed by a later commit of the same epoch.
+        raise _Restart(f"Kafka transaction aborted: {error.str()}")
 
     def _take(self, partition: int, state: PartitionState) -> Batch:
         while True:
@@ -640,28 +665,6 @@ class Relay:
                 decided_memory=self.settings.decided_memory,
             )
         return states
-
-    def _rewind(self) -> None:
-        """Throw the in-memory state away; read again from the committed progress."""
-        assert self._consumer is not None
-        numbers = sorted(self.states)
-        for state in self.states.values():
-            self._retire(state)
-        progress = self._progress(self._consumer, numbers)
-        self.states = self._rebuilt_all(progress)
-        try:
-            for p in numbers:
-                at = progress[p]
-                for tp in (
-                    TopicPartition(self.names.half, p, at.half_offset),
-                    TopicPartition(self.names.op, p, at.op_offset),
-                ):
-                    self._consumer.seek(tp)
-            if self._paused:
-                self._consumer.resume([TopicPartition(self.names.op, p) for p in self._paused])
-                self._paused.clear()
-        except KafkaException as err:
-            raise _Restart(f"cannot rewind to the committed offsets: {err}") from err
 
     # -- views -----------------------------------------------------------------------------
 

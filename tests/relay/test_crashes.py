@@ -25,12 +25,16 @@ pytestmark = pytest.mark.integration
 def final_read(bootstrap: str, topic: str) -> tuple[Counter[tuple[str, int]], dict]:
     seen: Counter[tuple[str, int]] = Counter()
     per_key: dict[bytes, list[str]] = defaultdict(list)
+    where: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for msg in read_topic(bootstrap, topic):
         headers = dict(msg.headers())
         txn = headers[Header.TXN_ID].decode()
         seen[(txn, int(headers[Header.MESSAGE_INDEX]))] += 1
+        where[(txn, int(headers[Header.MESSAGE_INDEX]))].append((msg.partition(), msg.offset()))
         if not per_key[msg.key()] or per_key[msg.key()][-1] != txn:
             per_key[msg.key()].append(txn)
+    repeated = {m: w for m, w in where.items() if len(w) > 1}
+    assert not repeated, f"{len(repeated)} messages twice in the topic at: {repeated}"
     return seen, per_key
 
 
