@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
+from outbox.protocol.topics import TopicNames
 from outbox_cli import admin, services
 from outbox_cli import config as config_cmd
 from outbox_cli import inspect as inspect_cmd
@@ -47,11 +49,7 @@ def config(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    settings = operator_settings()
-    config = connection(settings.bootstrap_servers, settings.kafka)
-    names = settings.topics
-    found = probe(config, args.timeout, BOOTSTRAP)
-    require(found, names.all())
+    config, names, found = _connect(args.timeout)
     since_ms = None if args.since is None else int((time.time() - args.since) * 1000)
     ttl = args.registry_ttl if args.registry_ttl is not None else _registry_ttl()
     with Reader(config, args.timeout) as reader:
@@ -61,11 +59,7 @@ def status(args: argparse.Namespace) -> int:
 
 def inspect(args: argparse.Namespace) -> int:
     txn_id = parse_txn_id(args.txn_id)
-    settings = operator_settings()
-    config = connection(settings.bootstrap_servers, settings.kafka)
-    names = settings.topics
-    found = probe(config, args.timeout, BOOTSTRAP)
-    require(found, names.all())
+    config, names, found = _connect(args.timeout)
     with Reader(config, args.timeout) as reader:
         history = inspect_cmd.gather(reader, names, found, txn_id, args.slack)
     inspect_cmd.show(history, names, as_json=args.json)
@@ -74,11 +68,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 def resume(args: argparse.Namespace) -> int:
     txn_id = parse_txn_id(args.txn_id)
-    settings = operator_settings()
-    config = connection(settings.bootstrap_servers, settings.kafka)
-    names = settings.topics
-    found = probe(config, args.timeout, BOOTSTRAP)
-    require(found, names.all())
+    config, names, found = _connect(args.timeout)
     with Reader(config, args.timeout) as reader:
         done = resume_cmd.resume(
             config,
@@ -91,6 +81,17 @@ def resume(args: argparse.Namespace) -> int:
         )
     print(resume_cmd.describe(done, names))
     return 0
+
+
+def _connect(timeout: float) -> tuple[dict[str, Any], TopicNames, dict[str, int]]:
+    """The operator's Kafka settings, topic names, and the partition counts of topics that
+    exist; exits with a clear error when one of the outbox's topics is missing."""
+    settings = operator_settings()
+    config = connection(settings.bootstrap_servers, settings.kafka)
+    names = settings.topics
+    found = probe(config, timeout, BOOTSTRAP)
+    require(found, names.all())
+    return config, names, found
 
 
 def _registry_ttl() -> float:

@@ -13,11 +13,10 @@ assignor and have equal partition counts, so one instance owns partition p of bo
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -54,6 +53,20 @@ log = logging.getLogger("relay")
 VERIFY_AFTER_S = 5.0
 #: How often the loop measures its lag for ``/metrics``.
 LAG_EVERY_S = 2.0
+
+
+def _retried(what: str, call: Callable[[], object], attempts: int = 3) -> None:
+    """librdkafka's contract for transactional calls: a retriable failure (a timeout while
+    the coordinator moves or loads) is retried, not answered by dropping the producer."""
+    for attempt in range(attempts):
+        try:
+            call()
+            return
+        except KafkaException as err:
+            error = err.args[0]
+            if not error.retriable() or attempt == attempts - 1:
+                raise
+            log.warning("%s: %s; retrying", what, error)
 
 
 class _Restart(Exception):
@@ -370,32 +383,17 @@ class Relay:
         self._ready = (True, "committing")
 
     def _send_offsets(self, offsets: list[TopicPartition], timeout: float) -> None:
-        """librdkafka's contract: a retriable failure (a timeout while the coordinator moves
-        or loads) is retried, not answered by dropping the producer mid-transaction."""
         assert self._producer is not None and self._consumer is not None
-        for attempt in range(3):
-            try:
-                self._producer.send_offsets_to_transaction(
-                    offsets, self._consumer.consumer_group_metadata(), timeout
-                )
-                return
-            except KafkaException as err:
-                error = err.args[0]
-                if not error.retriable() or attempt == 2:
-                    raise
-                log.warning("send_offsets_to_transaction: %s; retrying", error)
+        producer, metadata = self._producer, self._consumer.consumer_group_metadata()
+        _retried(
+            "send_offsets_to_transaction",
+            lambda: producer.send_offsets_to_transaction(offsets, metadata, timeout),
+        )
 
     def _commit(self, timeout: float) -> None:
         assert self._producer is not None
-        for attempt in range(3):
-            try:
-                self._producer.commit_transaction(timeout)
-                return
-            except KafkaException as err:
-                error = err.args[0]
-                if not error.retriable() or attempt == 2:
-                    raise
-                log.warning("commit_transaction: %s; retrying", error)
+        producer = self._producer
+        _retried("commit_transaction", lambda: producer.commit_transaction(timeout))
 
     def _failed(self, error: KafkaError, timeout: float) -> None:
         """A batch failed: abort it and start again from the committed progress."""
@@ -411,22 +409,21 @@ class Relay:
                 )
         if error.fatal():
             raise _Restart(f"Kafka transaction failed: {error.str()}")
-        if not error.txn_requires_abort():
-            # Not required, still done where possible: a producer dropped with a transaction
-            # open leaves the broker to time it out while a new session starts over.
-            with contextlib.suppress(KafkaException):
-                self._producer.abort_transaction(timeout)
-            raise _Restart(f"Kafka transaction failed: {error.str()}")
-        log.warning("Kafka transaction aborted (%s); redoing from the committed offsets", error)
+        required = error.txn_requires_abort()
+        if required:
+            log.warning("Kafka transaction aborted (%s); redoing from the committed offsets", error)
+        # Also where not required: a producer dropped with a transaction open leaves the broker
+        # to time it out while a new session starts over.
         try:
             self._producer.abort_transaction(timeout)
         except KafkaException as err:
-            raise _Restart(f"abort_transaction failed: {err}") from err
+            if required:
+                raise _Restart(f"abort_transaction failed: {err}") from err
         # Redo it in a new session rather than with this producer: a new one bumps the
         # producer epoch (init_transactions), so nothing left of the aborted transaction on
         # the broker - after a broker restart its view and the client's can differ - can
         # ever be completed by a later commit of the same epoch.
-        raise _Restart(f"Kafka transaction aborted: {error.str()}")
+        raise _Restart(f"Kafka transaction {'aborted' if required else 'failed'}: {error.str()}")
 
     def _take(self, partition: int, state: PartitionState) -> Batch:
         while True:
