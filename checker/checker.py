@@ -18,7 +18,16 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    IsolationLevel,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from checker.breaker import Breaker
 from checker.client import CheckClient, NoAnswer
@@ -96,6 +105,7 @@ class Checker:
             self._config(), self.names.registry, self.settings.registry_ttl_s
         )
         self._fetcher = HalfFetcher(self._config(), self.names.half)
+        self._admin = AdminClient(self._config())
         self._consumer.subscribe(
             [self.names.half, self.names.op], on_assign=self._on_assign, on_revoke=self._on_revoke
         )
@@ -174,26 +184,52 @@ class Checker:
             return
         self.tracker.add_half(record)
 
-    def _caught_up(self, partition: int) -> bool:
-        """True once this instance has read op partition ``partition`` to its high-watermark."""
-        if partition in self._ops_caught_up:
-            return True
-        tp = TopicPartition(self.names.op, partition)
-        _, high = self._consumer.get_watermark_offsets(tp, timeout=5, cached=False)
-        position = self._consumer.position([tp])[0].offset
-        if high == 0 or position >= high:
-            self._ops_caught_up.add(partition)
-            return True
-        return False
+    def _caught_up(self, partitions: set[int]) -> set[int]:
+        """Which of ``partitions`` this instance has read on the op topic to their high-watermark
+        (one offsets request for all of them; a partition once caught up stays so)."""
+        behind = partitions - self._ops_caught_up
+        if behind:
+            ends = self._end_offsets(self.names.op, behind, timeout=5)
+            positions = self._consumer.position(
+                [TopicPartition(self.names.op, p) for p in sorted(ends)]
+            )
+            for tp in positions:
+                if ends[tp.partition] == 0 or tp.offset >= ends[tp.partition]:
+                    self._ops_caught_up.add(tp.partition)
+        return partitions & self._ops_caught_up
+
+    def _end_offsets(self, topic: str, partitions: set[int], timeout: float) -> dict[int, int]:
+        """High-watermarks of ``partitions`` in one request per leader; a partition whose
+        offset could not be had is left out (treated as not read to its end)."""
+        request = {
+            TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+            for p in sorted(partitions)
+        }
+        futures = self._admin.list_offsets(
+            request,
+            isolation_level=IsolationLevel.READ_UNCOMMITTED,
+            request_timeout=timeout,
+        )
+        ends: dict[int, int] = {}
+        for tp, future in futures.items():
+            try:
+                ends[tp.partition] = int(future.result().offset)
+            except KafkaException as err:
+                log.warning("end offset of %s [%d] not known: %s", topic, tp.partition, err)
+        return ends
 
     # -- checking --------------------------------------------------------------------------
 
     def _check_due(self) -> None:
         now_ms = int(time.time() * 1000)
-        due = [p for p in self.tracker.due(now_ms) if self._caught_up(p.partition)]
+        due = self.tracker.due(now_ms)
+        if not due:
+            return
+        ready = self._caught_up({p.partition for p in due})
         by_group: dict[str, list[Pending]] = defaultdict(list)
         for entry in due:
-            by_group[entry.group].append(entry)
+            if entry.partition in ready:
+                by_group[entry.group].append(entry)
         size = self.settings.batch_size
         batches = [
             (group, entries[start : start + size])
@@ -207,9 +243,18 @@ class Checker:
             self._pool.submit(self._ask, group, [e.txn_id for e in entries]): (group, entries)
             for group, entries in batches
         }
-        for future in as_completed(futures):
-            group, entries = futures[future]
-            self._apply(group, entries, future.result(), now_ms)
+        answered = [(*futures[f], f.result()) for f in as_completed(futures)]
+        # One read to the end of every half partition a COMMIT answer names, for the round.
+        commit_partitions = {
+            entry.partition
+            for _, entries, result in answered
+            if not isinstance(result, NoAnswer)
+            for entry in entries
+            if result[entry.txn_id] is LocalTransactionState.COMMIT
+        }
+        halves_read = not commit_partitions or self._read_halves_to_end(commit_partitions)
+        for group, entries, result in answered:
+            self._apply(group, entries, result, now_ms, halves_read=halves_read)
         self._producer.flush(10)
 
     def _ask(self, group: str, txn_ids: list[str]) -> Answers | NoAnswer:
@@ -223,7 +268,13 @@ class Checker:
             return err
 
     def _apply(
-        self, group: str, entries: list[Pending], result: Answers | NoAnswer, now_ms: int
+        self,
+        group: str,
+        entries: list[Pending],
+        result: Answers | NoAnswer,
+        now_ms: int,
+        *,
+        halves_read: bool,
     ) -> None:
         if isinstance(result, NoAnswer):
             if result.asked:
@@ -235,7 +286,7 @@ class Checker:
         unknown = [answers[e.txn_id] is LocalTransactionState.UNKNOWN for e in entries]
         self._trip(group, unknown, now_ms)
         commits = any(answers[e.txn_id] is LocalTransactionState.COMMIT for e in entries)
-        if commits and not self._read_halves_to_end({e.partition for e in entries}):
+        if commits and not halves_read:
             log.warning("half partitions not read to their end in time; answers applied later")
             return  # still due: checked again next round, no attempt counted
         for entry in entries:
@@ -257,12 +308,13 @@ class Checker:
         """Before a COMMIT is written, read every half record the transaction can have.
 
         Its producer had every half acknowledged before its DB commit, and the commit came
-        before the answer, so all of them lie below the half partition's high-watermark now.
+        before the answer, so all of them lie below the half partition's high-watermark now
+        (asked once per round, for every partition at once: a request per partition per batch
+        was most of the checker's time).
         """
-        ends = {}
-        for p in partitions:
-            tp = TopicPartition(self.names.half, p)
-            ends[p] = self._consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        ends = self._end_offsets(self.names.half, partitions, timeout=10)
+        if len(ends) < len(partitions):
+            return False
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             positions = self._consumer.position([TopicPartition(self.names.half, p) for p in ends])
