@@ -1,8 +1,12 @@
 """The producer's Kafka side: half records sent and awaited, op records sent best-effort.
 
-One librdkafka producer (idempotent, ``acks=all``) serves every thread. A background thread
-serves delivery callbacks, so a sender waits only for its own records, not for everybody's
-(``flush()`` would).
+Two librdkafka producers (idempotent, ``acks=all``) serve every thread: one for half records,
+which a sender waits for (``linger.ms`` 1: no wait for company), and one for op records, which
+nobody waits for by default and which wait ``op_linger_ms`` to share a request with other
+threads' ops. Every Kafka request costs the process about as much CPU as a whole small
+transaction's SQL, so under load batching the ops is most of what separates a transaction with
+an outbox from one without. A background thread per producer serves delivery callbacks, so a
+sender waits only for its own records, not for everybody's (``flush()`` would).
 """
 
 from __future__ import annotations
@@ -74,11 +78,21 @@ class KafkaIO:
             **settings.kafka,
         }
         self._producer: Producer | None = Producer(config)
+        self._op_producer: Producer | None = Producer(
+            {**config, "linger.ms": settings.op_linger_ms}
+        )
         self._closed = threading.Event()
         self.ops_failed = 0
         self.ops_sent = 0
-        self._poller = threading.Thread(target=self._poll, name="outbox-kafka-poll", daemon=True)
-        self._poller.start()
+        self._pollers = [
+            threading.Thread(target=self._poll, args=(p,), name=name, daemon=True)
+            for p, name in (
+                (self._producer, "outbox-kafka-poll"),
+                (self._op_producer, "outbox-kafka-op-poll"),
+            )
+        ]
+        for poller in self._pollers:
+            poller.start()
 
     @property
     def _p(self) -> Producer:
@@ -86,9 +100,15 @@ class KafkaIO:
             raise ProducerClosedError("this outbox producer is closed; create a new one")
         return self._producer
 
-    def _poll(self) -> None:
+    @property
+    def _ops(self) -> Producer:
+        if self._op_producer is None:
+            raise ProducerClosedError("this outbox producer is closed; create a new one")
+        return self._op_producer
+
+    def _poll(self, producer: Producer) -> None:
         while not self._closed.is_set():
-            self._p.poll(0.05)
+            producer.poll(0.05)
 
     def send_halves(self, batch: HalfBatch) -> list[int]:
         """Send and await the batch; its offsets in order.
@@ -179,7 +199,7 @@ class KafkaIO:
         waiter = _Waiter(1)
         wait = self.settings.wait_for_op
         try:
-            self._p.produce(
+            self._ops.produce(
                 self.settings.topics.op,
                 key=key,
                 value=value,
@@ -240,10 +260,14 @@ class KafkaIO:
     def close(self, timeout: float = 10.0) -> None:
         if self._closed.is_set():
             return
+        deadline = time.monotonic() + timeout
         self._p.flush(timeout)
+        self._ops.flush(max(0.0, deadline - time.monotonic()))
         self._closed.set()
-        self._poller.join()
-        self._producer = None  # librdkafka's handle and its threads go with the object
+        for poller in self._pollers:
+            poller.join()
+        # librdkafka's handles and their threads go with the objects
+        self._producer = self._op_producer = None
 
     @property
     def closed(self) -> bool:

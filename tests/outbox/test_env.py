@@ -61,6 +61,14 @@ def test_services_share_the_bootstrap_variable_and_their_own_prefix_wins() -> No
             },
             "partitions=0 must be at least 1",
         ),
+        (
+            {
+                "OUTBOX_BOOTSTRAP_SERVERS": "k",
+                "OUTBOX_PRODUCER_GROUP": "g",
+                "OUTBOX_OP_LINGER_MS": "-1",
+            },
+            r"op_linger_ms=-1.0 must be between 0 and 900000",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable_and_the_value(env: dict[str, str], message: str) -> None:
