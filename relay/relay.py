@@ -87,6 +87,9 @@ class Relay:
         self.metrics = RelayMetrics(self)
         self._closed = threading.Event()
         self._committed: dict[int, tuple[int, int, str]] = {}
+        #: States let go at the last revoke, with what this instance had committed for them:
+        #: kept if the next assignment gives them back with nothing committed by others since.
+        self._retained: dict[int, tuple[PartitionState, tuple[int, int, str] | None]] = {}
         self._retired: dict[str, int] = {}  # counters of partitions no longer held
         self._refused: dict[str, float] = {}  # txn id -> when a real topic refused it
         self._waiting_since: dict[int, float] = {}
@@ -208,7 +211,7 @@ class Relay:
                 [self.names.half, self.names.op],
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,
-                on_lost=self._on_revoke,
+                on_lost=self._on_lost,
             )
             self._ready = (True, "subscribed")
             self._loop()
@@ -216,9 +219,10 @@ class Relay:
             self._end_session()
 
     def _end_session(self) -> None:
-        for state in self.states.values():
+        for state in [*self.states.values(), *(s for s, _ in self._retained.values())]:
             self._retire(state)
         self.states = {}
+        self._retained = {}
         self._committed = {}
         self._paused = set()
         if self._consumer is not None:
@@ -444,7 +448,8 @@ class Relay:
     def _promotable(self, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
         why = self._why_not(op, records)
         if why is None:
-            self._parked_logged.discard(op.txn_id)
+            if self._parked_logged:
+                self._parked_logged.discard(op.txn_id)
         elif op.txn_id not in self._parked_logged:
             if len(self._parked_logged) > 100_000:
                 self._parked_logged.clear()
@@ -453,9 +458,17 @@ class Relay:
         return why
 
     def _why_not(self, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
-        for topic in sorted({r.message.topic for r in records}):
-            if not self._topics.exists(topic):
+        exists = self._topics.exists
+        if len(records) == 1:  # the common case, once per promotion: no set, no sort
+            topic = records[0].message.topic
+            if not exists(topic):
                 return f"topic {topic} does not exist (set auto_create_topics to create it)"
+        else:
+            for topic in sorted({r.message.topic for r in records}):
+                if not exists(topic):
+                    return f"topic {topic} does not exist (set auto_create_topics to create it)"
+        if not self._refused:
+            return None
         refused = self._refused.get(op.txn_id)
         if refused is not None:
             if time.monotonic() - refused < self.settings.park_retry_s:
@@ -609,24 +622,85 @@ class Relay:
             )
         self.assigned = (frozenset(half), frozenset(op))
         numbers = sorted(half & op)
-        progress = self._progress(consumer, numbers)
-        self.states.update(self._rebuilt_all(progress))
+        retained, self._retained = self._retained, {}
+        try:
+            progress = self._progress(consumer, numbers)
+            kept = self._kept(retained, progress)
+        finally:
+            for p, (state, _) in retained.items():
+                if p not in self.states:
+                    self._retire(state)
+        self.states.update(self._rebuilt_all({p: progress[p] for p in numbers if p not in kept}))
         for tp in partitions:
-            if tp.partition in progress:
+            half_topic = tp.topic == self.names.half
+            if tp.partition in kept:  # go on reading where this instance stopped
+                state = kept[tp.partition]
+                tp.offset = state.half_position if half_topic else state.op_read_position
+            elif tp.partition in progress:
                 at = progress[tp.partition]
-                tp.offset = at.half_offset if tp.topic == self.names.half else at.op_offset
+                tp.offset = at.half_offset if half_topic else at.op_offset
         consumer.assign(partitions)
         log.info("assigned partitions %s (instance %s)", numbers, self.settings.instance_id)
 
+    def _kept(
+        self,
+        retained: dict[int, tuple[PartitionState, tuple[int, int, str] | None]],
+        progress: dict[int, Progress],
+    ) -> dict[int, PartitionState]:
+        """Partitions given back right after this instance let them go, whose committed
+        progress is still the one this instance committed: their states are kept as they were.
+
+        A rebuild would re-read the op topic from the dedup window's start (up to
+        ``dedup_window_s`` of ops) for each; a group that grows or shrinks would stall for
+        that long. Nothing can have been decided for such a partition meanwhile: every
+        promotion, drop or put-back is committed with its progress in one Kafka transaction
+        and none was open across the revoke (they begin and end inside one loop turn), and
+        in an eager rebalance no other member held the partition between the revoke and this
+        assignment. Any difference in the committed progress (another member's commit, or a
+        stale read of it) sends the partition through the rebuild instead.
+        """
+        kept = {}
+        for p, (state, ours) in retained.items():
+            if p in progress and ours is not None and self._committed.get(p) == ours:
+                kept[p] = state
+                self.states[p] = state
+                log.info(
+                    "partition %d kept across the rebalance: nothing committed since this "
+                    "instance let it go (half from %d, op from %d)",
+                    p,
+                    state.half_position,
+                    state.op_read_position,
+                )
+        return kept
+
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._let_go(partitions, retain=True)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Lost, not revoked: the group may have given them to another member already.
+        self._let_go(partitions, retain=False)
+
+    def _let_go(self, partitions: list[TopicPartition], *, retain: bool) -> None:
         numbers = sorted({tp.partition for tp in partitions if tp.partition in self.states})
         self.assigned = (frozenset(), frozenset())
+        for state, _ in self._retained.values():
+            self._retire(state)
+        self._retained = {}
         for p in numbers:
-            self._retire(self.states.pop(p))
-            self._committed.pop(p, None)
+            state = self.states.pop(p)
+            committed = self._committed.pop(p, None)
+            if retain:
+                self._retained[p] = (state, committed)
+            else:
+                self._retire(state)
             self._waiting_since.pop(p, None)
             self._paused.discard(p)
-        log.info("revoked partitions %s (instance %s)", numbers, self.settings.instance_id)
+        log.info(
+            "%s partitions %s (instance %s)",
+            "revoked" if retain else "lost",
+            numbers,
+            self.settings.instance_id,
+        )
 
     def _progress(self, consumer: Consumer, numbers: Iterable[int]) -> dict[int, Progress]:
         wanted = [

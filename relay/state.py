@@ -279,6 +279,11 @@ class PartitionState:
         progress = self.progress()
         return Batch(actions, progress.half_offset, progress.op_offset, progress.metadata())
 
+    @property
+    def op_read_position(self) -> int:
+        """The next op offset to read (ops read but not handled yet wait in the queue)."""
+        return self.queue[-1][0] + 1 if self.queue else self.op_position
+
     def waiting_op(self) -> OpRecord | None:
         """The op at the head of the queue when it waits for half records, else None."""
         return self.queue[0][1] if self.queue else None

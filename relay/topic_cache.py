@@ -36,6 +36,8 @@ class TopicCache:
 
     def exists(self, topic: str) -> bool:
         now = time.monotonic()
+        if topic in self._topics and now - self._at <= self.refresh_s:
+            return True  # the hot path: once per promoted record
         if now - self._at > self.refresh_s or (
             topic not in self._topics and now - self._at > self.miss_refresh_s
         ):

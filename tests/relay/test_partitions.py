@@ -113,3 +113,48 @@ def test_with_auto_create_a_missing_real_topic_is_created_and_promoted_to(
         wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "it")
     finally:
         relay.stop()
+
+
+def test_partitions_given_back_after_a_rebalance_keep_their_state_and_deliver_once(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-kept"))
+    settings = RelaySettings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=stream.settings.topic_prefix,
+        group_id=unique("relay"),
+        kafka={"session.timeout.ms": 6000},
+    )
+    decisions = [OpState.COMMIT, OpState.COMMIT, OpState.COMMIT, OpState.ROLLBACK]
+    first = RelayThread(settings)
+    try:
+        # Given one instance that promoted a first stream on all three partitions
+        wait_for(lambda: first.relay.assigned[0] == frozenset(range(3)), 60, "all partitions")
+        stream.write([(f"k{i}".encode(), 2, decisions[i % 4]) for i in range(30)])
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "first")
+        before = dict(first.relay.states)
+        # When a second instance joins and the group shares the partitions out again
+        second = RelayThread(settings)
+        try:
+            wait_for(
+                lambda: (
+                    bool(first.relay.assigned[0])
+                    and bool(second.relay.assigned[0])
+                    and len(first.relay.assigned[0] | second.relay.assigned[0]) == 3
+                ),
+                60,
+                "the two instances to share the partitions",
+            )
+            # Then the first keeps the states of the partitions it got back (no rebuild)
+            kept = first.relay.assigned[0]
+            assert all(first.relay.states[p] is before[p] for p in kept), (kept, before)
+            # And everything written afterwards is promoted exactly once
+            stream.write([(f"k{i}".encode(), 2, decisions[i % 4]) for i in range(30, 60)])
+            wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "all")
+            counts = delivered(kafka_bootstrap, stream)
+            assert set(counts) == expected(stream)
+            assert max(counts.values()) == 1, [k for k, n in counts.items() if n > 1]
+        finally:
+            second.stop()
+    finally:
+        first.stop()

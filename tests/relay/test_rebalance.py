@@ -1,0 +1,46 @@
+"""Which partitions a relay keeps across a rebalance, and which it rebuilds. Pure logic: the
+decision needs no broker (the integration test is in test_partitions.py)."""
+
+from __future__ import annotations
+
+from relay import Relay, RelaySettings
+from relay.state import PartitionState, Progress
+
+
+def relay_with(committed_now: dict[int, tuple[int, int, str]]) -> Relay:
+    relay = Relay(RelaySettings(bootstrap_servers="127.0.0.1:1"))  # never connects here
+    relay._committed = dict(committed_now)
+    return relay
+
+
+def test_a_partition_is_kept_only_when_its_committed_progress_is_still_this_instances() -> None:
+    ours = (10, 7, '{"v":1,"l":7,"parked":[]}')
+    states = {p: PartitionState(p) for p in range(4)}
+    relay = relay_with(
+        {
+            0: ours,  # nothing committed since this instance let it go: kept
+            1: (12, 9, '{"v":1,"l":9,"parked":[]}'),  # another member committed: rebuilt
+            3: ours,  # this instance never committed it: rebuilt
+        }
+    )
+    retained = {
+        0: (states[0], ours),
+        1: (states[1], ours),
+        2: (states[2], ours),
+        3: (states[3], None),
+    }
+    progress = {p: Progress() for p in (0, 1, 3)}  # 2 went to another member
+
+    kept = relay._kept(retained, progress)
+
+    assert kept == {0: states[0]}
+    assert relay.states == {0: states[0]}
+
+
+def test_a_kept_partition_is_read_on_from_where_this_instance_stopped() -> None:
+    state = PartitionState(0, half_position=40, op_position=15)
+    assert state.op_read_position == 15
+    state.add_op(15, None)
+    state.add_op(16, None)  # read, not handled yet: the queue holds them
+    assert state.op_read_position == 17
+    assert state.half_position == 40
