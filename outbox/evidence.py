@@ -45,7 +45,7 @@ def write_evidence(session: Session, txn_id: str, producer_group: str) -> None:
         "created_at": dt.datetime.now(dt.UTC),
     }
     try:
-        session.execute(evidence_table.insert(), [row])
+        session.execute(evidence_table.insert(), row)  # one row: not the executemany path
     except sa.exc.IntegrityError as err:
         raise TransactionFencedError(
             f"transaction {txn_id} was fenced by a check (it answered ROLLBACK while this "

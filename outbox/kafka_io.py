@@ -117,9 +117,16 @@ class KafkaIO:
             HalfSendError: not acknowledged after ``send_attempts`` attempts.
         """
         self._check_open()
+        try:  # the first attempt without tenacity's machinery (tens of us per call)
+            return self._send_once(batch)
+        except HalfSendError as err:
+            if self.settings.send_attempts <= 1 or not _retriable(err):
+                raise
+            log.warning("half send of transaction %s failed (%s); retrying", batch.txn_id, err)
+        time.sleep(0.1)
         try:
             for attempt in Retrying(
-                stop=stop_after_attempt(self.settings.send_attempts),
+                stop=stop_after_attempt(self.settings.send_attempts - 1),
                 wait=wait_exponential(multiplier=0.1, max=2),
                 retry=retry_if_exception(_retriable),
                 reraise=True,

@@ -151,7 +151,6 @@ def decode_half(
             f"half record at partition {partition} offset {offset} has schema version "
             f"{version!r}; this code reads version {SCHEMA_VERSION} only - upgrade the reader"
         )
-    where = f"half record at partition {partition} offset {offset}"
     try:
         return HalfRecord(
             txn_id=validate_transaction_id(ours[_TXN].decode()),
@@ -175,6 +174,7 @@ def decode_half(
         )
     except (KeyError, UnicodeDecodeError, ValueError) as err:
         # The fast path failed: name exactly what is wrong.
+        where = f"half record at partition {partition} offset {offset}"
         for header in HALF_HEADERS:
             _text(ours, header, where)
         for header in (*HALF_HEADERS, Header.MESSAGE_COUNT, Header.CHECK_IMMUNITY_S):
