@@ -251,9 +251,11 @@ class Relay:
             read += len(messages)
             self._flow_control()
             now = time.monotonic()
+            caught_up = read > 0 and len(messages) < self.settings.batch_max_records
             if (
                 read >= self.settings.batch_max_records
                 or now - last >= self.settings.commit_interval_s
+                or (caught_up and self.settings.commit_when_caught_up)
             ):
                 self._commit_batch()
                 last, read = time.monotonic(), 0

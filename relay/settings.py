@@ -29,8 +29,11 @@ class RelaySettings:
             (the host name) with one instance per host.
         batch_max_records: records read before a Kafka transaction is committed. Defaults to
             5000.
-        commit_interval_s: longest time between two Kafka transactions; the floor of the
-            promotion latency. Defaults to 0.05 s.
+        commit_interval_s: longest time between two Kafka transactions. Defaults to 0.05 s.
+        commit_when_caught_up: commit as soon as a poll comes back with fewer than
+            ``batch_max_records`` records (nothing more is waiting) instead of waiting out
+            ``commit_interval_s``: under a light load a promotion then waits for one poll, not
+            for the interval; under a backlog batches stay full. Defaults to on.
         poll_timeout_s: how long one poll waits for records (a poll returns early only with
             ``batch_max_records`` of them, so this adds to the latency). Defaults to 0.01 s.
         transaction_timeout_s: Kafka's ``transaction.timeout.ms``: how long a crashed
@@ -77,6 +80,7 @@ class RelaySettings:
     instance_id: str = field(default_factory=socket.gethostname)
     batch_max_records: int = 5000
     commit_interval_s: float = 0.05
+    commit_when_caught_up: bool = True
     poll_timeout_s: float = 0.01
     transaction_timeout_s: float = 10.0
     put_back_after_s: float = 300.0

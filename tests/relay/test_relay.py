@@ -197,6 +197,26 @@ def test_relay_promotes_committed_and_drops_rolled_back_transactions(
     assert first.value() == f"{headers[Header.TXN_ID].decode()}/0".encode()
 
 
+@pytest.mark.parametrize("caught_up_commits", [True, False])
+def test_a_relay_that_keeps_up_commits_after_each_poll_not_after_the_interval(
+    kafka_bootstrap: str, stream: Stream, relay_settings: RelaySettings, caught_up_commits: bool
+) -> None:
+    settings = replace(
+        relay_settings, commit_interval_s=25.0, commit_when_caught_up=caught_up_commits
+    )
+    running = RelayThread(settings)
+    try:
+        wait_for(lambda: running.relay.assigned[0] == frozenset(range(PARTITIONS)))
+        began = time.monotonic()
+        stream.write([(b"a", 1, OpState.COMMIT)])
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60)
+        took = time.monotonic() - began
+        # with it, one poll and a commit; without it, the 25 s interval (minus what had passed)
+        assert (took < 10) is caught_up_commits, took
+    finally:
+        running.stop()
+
+
 def test_bad_records_go_to_the_dead_letter_topic_with_their_reason_and_the_relay_goes_on(
     kafka_bootstrap: str, stream: Stream, relay: RelayThread
 ) -> None:
