@@ -11,6 +11,7 @@ the reason (never a silent pass).
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
@@ -119,6 +120,19 @@ def container_kafka(request: pytest.FixtureRequest) -> Iterator[RunningService]:
 @pytest.fixture(scope="session")
 def container_postgres(request: pytest.FixtureRequest) -> Iterator[RunningService]:
     yield from _pinned(request, "postgres_service", start_postgres, "containers")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A SIGTERM (``timeout``, a CI runner cancelling the job) ends the session like Ctrl-C
+    does, so the services and processes it started are stopped (their ``atexit`` handlers and
+    fixture teardowns run) instead of being left running to slow down the next run."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupted)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends it at once
+    raise KeyboardInterrupt("SIGTERM: stopping the services this session started")
 
 
 @pytest.hookimpl(wrapper=True)
