@@ -141,6 +141,8 @@ def test_partitions_given_back_after_a_rebalance_keep_their_state_and_deliver_on
                     bool(first.relay.assigned[0])
                     and bool(second.relay.assigned[0])
                     and len(first.relay.assigned[0] | second.relay.assigned[0]) == 3
+                    # assigned is set as an assignment begins, the states once it is taken
+                    and all(r.relay.states.keys() == r.relay.assigned[0] for r in (first, second))
                 ),
                 60,
                 "the two instances to share the partitions",
