@@ -38,9 +38,10 @@ class OutboxSettings:
         op_linger_ms: how long an op record waits to share a Kafka request with other
             threads' ops (librdkafka's ``linger.ms`` of the op producer; half records, which
             a transaction waits for, keep 1 ms). Defaults to 5 ms: a Kafka request costs the
-            process about as much CPU as a small transaction's SQL, and under load this cut
-            the CPU per transaction by a quarter. It adds at most that much to the time a
-            committed message takes to reach its real topic. Env: ``OUTBOX_OP_LINGER_MS``.
+            process some 350 us of CPU, and under load fewer requests mean more transactions
+            per core (16 threads on PostgreSQL in the benchmark: 290 -> 317 txn/s). It adds
+            at most that much to the time a committed message takes to reach its real topic.
+            Env: ``OUTBOX_OP_LINGER_MS``.
         kafka: extra librdkafka settings for the producer (passed through untouched).
     """
 

@@ -460,15 +460,15 @@ class Relay:
         return why
 
     def _why_not(self, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
-        exists = self._topics.exists
-        if len(records) == 1:  # the common case, once per promotion: no set, no sort
-            topic = records[0].message.topic
-            if not exists(topic):
+        # one record is the common case, once per promotion: no set, no sort
+        topics = (
+            (records[0].message.topic,)
+            if len(records) == 1
+            else sorted({r.message.topic for r in records})
+        )
+        for topic in topics:
+            if not self._topics.exists(topic):
                 return f"topic {topic} does not exist (set auto_create_topics to create it)"
-        else:
-            for topic in sorted({r.message.topic for r in records}):
-                if not exists(topic):
-                    return f"topic {topic} does not exist (set auto_create_topics to create it)"
         if not self._refused:
             return None
         refused = self._refused.get(op.txn_id)

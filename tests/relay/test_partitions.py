@@ -15,16 +15,23 @@ from tests.relay.test_relay import RelayThread, Stream, delivered, expected
 pytestmark = pytest.mark.integration
 
 
-def test_instances_of_one_group_own_the_same_partition_numbers_of_both_topics(
-    kafka_bootstrap: str,
-) -> None:
-    stream = Stream(kafka_bootstrap, unique("__outbox-pairs"))
+def group_on_fresh_topics(bootstrap: str, prefix: str) -> tuple[Stream, RelaySettings]:
+    """Fresh internal topics under ``prefix`` and the settings of a new relay group on them
+    (a short session timeout, so a leaving instance's partitions move on quickly)."""
+    stream = Stream(bootstrap, unique(prefix))
     settings = RelaySettings(
-        bootstrap_servers=kafka_bootstrap,
+        bootstrap_servers=bootstrap,
         topic_prefix=stream.settings.topic_prefix,
         group_id=unique("relay"),
         kafka={"session.timeout.ms": 6000},
     )
+    return stream, settings
+
+
+def test_instances_of_one_group_own_the_same_partition_numbers_of_both_topics(
+    kafka_bootstrap: str,
+) -> None:
+    stream, settings = group_on_fresh_topics(kafka_bootstrap, "__outbox-pairs")
     relays = [RelayThread(settings) for _ in range(3)]
     everything = frozenset(range(3))
 
@@ -118,13 +125,7 @@ def test_with_auto_create_a_missing_real_topic_is_created_and_promoted_to(
 def test_partitions_given_back_after_a_rebalance_keep_their_state_and_deliver_once(
     kafka_bootstrap: str,
 ) -> None:
-    stream = Stream(kafka_bootstrap, unique("__outbox-kept"))
-    settings = RelaySettings(
-        bootstrap_servers=kafka_bootstrap,
-        topic_prefix=stream.settings.topic_prefix,
-        group_id=unique("relay"),
-        kafka={"session.timeout.ms": 6000},
-    )
+    stream, settings = group_on_fresh_topics(kafka_bootstrap, "__outbox-kept")
     decisions = [OpState.COMMIT, OpState.COMMIT, OpState.COMMIT, OpState.ROLLBACK]
     first = RelayThread(settings)
     try:
