@@ -127,11 +127,15 @@ def _start_podman_service(podman: str, sock: Path, settings: HarnessSettings) ->
     log_path = settings.cache_dir / "podman" / "service.log"
     with log_path.open("ab") as log:
         # Detached on purpose: later test sessions on this machine reuse the running service.
+        # Its working directory is "/", not the checkout: the runtime it spawns inherits it, and
+        # once that checkout is deleted (a CI workspace wiped, a fresh clone in its place) every
+        # container start fails with runc's "write child: broken pipe".
         subprocess.Popen(
             [podman, "system", "service", "--time=0", f"unix://{sock}"],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            cwd="/",
         )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
