@@ -24,9 +24,17 @@ def spark(harness_settings: HarnessSettings) -> Iterator[object]:
         if harness_settings.ci:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
+    from checker.audit.session import local_defaults
+
     os.environ.setdefault("PYSPARK_PYTHON", os.sys.executable)  # type: ignore[attr-defined]
+    # The audit's own plan choices (aggregation, cache), so tests judge what operators run.
+    planned = {k: v for k, v in local_defaults().items() if k.startswith("spark.sql.execution.")}
+    planned["spark.sql.inMemoryColumnarStorage.compressed"] = "false"
+    builder = SparkSession.builder
+    for key, value in planned.items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("outbox-tests")
         .config("spark.jars", ",".join(str(j) for j in jars))
         .config("spark.sql.shuffle.partitions", "4")

@@ -22,4 +22,6 @@ exec spark-submit \
   --executor-memory "${EXECUTOR_MEMORY:-4g}" \
   --conf spark.sql.shuffle.partitions="${SHUFFLE_PARTITIONS:-64}" \
   --conf spark.ui.showConsoleProgress=false \
+  --conf spark.sql.execution.useObjectHashAggregateExec=false \
+  --conf spark.sql.inMemoryColumnarStorage.compressed=false \
   "$here/audit_job.py" "$@"

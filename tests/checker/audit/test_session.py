@@ -1,0 +1,21 @@
+"""The settings of a Spark session the audit starts itself."""
+
+from __future__ import annotations
+
+from checker.audit.session import GIB, driver_memory, local_defaults
+
+
+def test_the_driver_heap_is_a_quarter_of_the_machine_between_1_and_4_gib() -> None:
+    assert driver_memory(24 * GIB) == "4g"
+    assert driver_memory(8 * GIB) == "2g"
+    assert driver_memory(2 * GIB) == "1g"
+    assert driver_memory(None) == "1g"
+
+
+def test_local_sessions_use_the_measured_plan_and_heap_settings() -> None:
+    settings = local_defaults()
+    assert settings["spark.sql.execution.useObjectHashAggregateExec"] == "false"
+    assert settings["spark.sql.inMemoryColumnarStorage.compressed"] == "false"
+    assert settings["spark.driver.memory"].endswith("g")
+    assert "-XX:+UseParallelGC" in settings["spark.driver.extraJavaOptions"]
+    assert "log4j2.configurationFile" in settings["spark.driver.extraJavaOptions"]
