@@ -25,13 +25,13 @@ def local_defaults() -> dict[str, str]:
     """Settings of a session the audit starts itself (spark-submit's are left alone).
 
     Measured on the benchmark's audit of 1,000,000 transactions on ``local[2]`` (247 s with
-    Spark's defaults, 160-170 s with these; docs/benchmarks.md):
+    Spark's 1 GiB heap and defaults, 162-172 s with these; docs/benchmarks.md):
 
     - few shuffle partitions: one machine gains nothing from Spark's default of 200, and every
       small stage would pay for them;
     - a driver heap of a quarter of the machine's memory (1-4 GiB, :func:`driver_memory`)
-      instead of Spark's 1 GiB: at 1M the heap was full, with constant old-generation
-      collections and spills (247 -> 214 s);
+      instead of Spark's 1 GiB: at 1M that heap was full (175 old-generation collections, 3
+      full ones, in one run; 247 -> 214 s);
     - the sort-based aggregate for ``collect_list``/``collect_set``: Spark 4's object hash
       aggregate falls back to sorting past 128 groups anyway, and then builds a new buffer per
       group, each field of which looks up the SQL configuration (5% of the CPU in a profile);
