@@ -5,8 +5,8 @@ partitions have no leader, and the transaction coordinator takes them for delete
 markers and records the transactions as complete. Transactional offsets then stay pending for
 good (the relay cannot take its partitions) or revert (the relay promotes a batch twice). This
 test fails on 4.3.1 (the coordinator logged the skip in every run seen; whether the offsets go
-wrong too depends on timing) and is here so that a broker upgrade cannot bring the bug back unnoticed (README, "Broker
-versions").
+wrong too depends on timing) and is here so that a broker upgrade cannot bring the bug back
+unnoticed (README, "Broker versions").
 """
 
 from __future__ import annotations
