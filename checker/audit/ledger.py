@@ -15,6 +15,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from checker.audit.partitioning import by_transaction
 from outbox.protocol.states import TERMINAL_STATES, OpState
 
 TERMINAL = sorted(s.value for s in TERMINAL_STATES)
@@ -154,7 +155,11 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
         F.min("first_ms").alias("first_promoted_ms"),
         F.max("first_ms").alias("last_promoted_ms"),
     )
-    df = txns.join(decided, "txn_id", "full_outer").join(per_txn, "txn_id", "left")
+    # Laid out by txn_id again before the last join: the full outer join's key is a coalesce,
+    # which Spark cannot match to any layout, so every later join and the findings would
+    # shuffle the ledger (partitioning.py).
+    known = by_transaction(txns.join(decided, "txn_id", "full_outer"))
+    df = known.join(per_txn, "txn_id", "left")
     expected = F.when(F.col("state") == OpState.COMMIT.value, F.col("op_message_count")).otherwise(
         F.coalesce(F.col("announced_count"), F.col("messages_seen"), F.col("op_message_count"))
     )

@@ -22,6 +22,7 @@ from checker.audit import records
 from checker.audit.errors import AuditConfigError
 from checker.audit.evidence_source import read_evidence
 from checker.audit.metadata import topic_partitions
+from checker.audit.partitioning import by_transaction
 from checker.audit.plan import TopicRead, plan_read
 from checker.audit.settings import AuditSettings, Resolved
 
@@ -123,10 +124,16 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
     cut = resolved.as_of_ms
     half_read = plan(names.half)
     halves = _cache(
-        records.halves(read_topic(spark, settings, half_read), half_read.in_range, as_of_ms=cut)
+        by_transaction(
+            records.halves(read_topic(spark, settings, half_read), half_read.in_range, as_of_ms=cut)
+        )
     )
     op_read = plan(names.op)
-    ops = _cache(records.ops(read_topic(spark, settings, op_read), op_read.in_range, as_of_ms=cut))
+    ops = _cache(
+        by_transaction(
+            records.ops(read_topic(spark, settings, op_read), op_read.in_range, as_of_ms=cut)
+        )
+    )
 
     wanted = sorted(set(_named_real_topics(halves)) | set(settings.real_topics))
     wanted = [t for t in wanted if not names.is_internal(t)]
@@ -137,9 +144,11 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         for r in (plan(t) for t in present)
     ]
     promoted = _cache(
-        _union(promoted_raw)
-        if promoted_raw
-        else records.promoted(empty_raw(spark), half_read.in_range, as_of_ms=cut)
+        by_transaction(
+            _union(promoted_raw)
+            if promoted_raw
+            else records.promoted(empty_raw(spark), half_read.in_range, as_of_ms=cut)
+        )
     )
     if names.dead_letter in partitions:
         dead_raw = read_topic(spark, settings, plan(names.dead_letter))
