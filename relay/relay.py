@@ -709,12 +709,11 @@ class Relay:
             TopicPartition(topic, p) for p in numbers for topic in (self.names.half, self.names.op)
         ]
         committed = {(tp.topic, tp.partition): tp for tp in consumer.committed(wanted, 30)}
-        failed = [tp for tp in committed.values() if tp.error is not None]
-        if failed:
-            # A partition answered with an error carries no offset (OFFSET_INVALID): reading it
-            # as "nothing committed" would start from 0 and promote everything again.
-            tp = failed[0]
-            raise KafkaException(tp.error)
+        for tp in committed.values():
+            if tp.error is not None:
+                # A partition answered with an error carries no offset (OFFSET_INVALID): read
+                # as "nothing committed", the relay would start from 0 and promote all again.
+                raise KafkaException(tp.error)
         progress = {}
         for p in numbers:
             half = committed[(self.names.half, p)]

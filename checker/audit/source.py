@@ -95,6 +95,11 @@ def _cache(frame: DataFrame) -> DataFrame:
     return frame.persist(StorageLevel.MEMORY_AND_DISK)
 
 
+def _cache_by_transaction(frame: DataFrame) -> DataFrame:
+    """Cached in the layout every later step wants (:mod:`checker.audit.partitioning`)."""
+    return _cache(by_transaction(frame))
+
+
 def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> AuditInputs:
     """Read the half, op, real and dead-letter topics and the evidence table.
 
@@ -123,16 +128,12 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
 
     cut = resolved.as_of_ms
     half_read = plan(names.half)
-    halves = _cache(
-        by_transaction(
-            records.halves(read_topic(spark, settings, half_read), half_read.in_range, as_of_ms=cut)
-        )
+    halves = _cache_by_transaction(
+        records.halves(read_topic(spark, settings, half_read), half_read.in_range, as_of_ms=cut)
     )
     op_read = plan(names.op)
-    ops = _cache(
-        by_transaction(
-            records.ops(read_topic(spark, settings, op_read), op_read.in_range, as_of_ms=cut)
-        )
+    ops = _cache_by_transaction(
+        records.ops(read_topic(spark, settings, op_read), op_read.in_range, as_of_ms=cut)
     )
 
     wanted = sorted(set(_named_real_topics(halves)) | set(settings.real_topics))
@@ -143,12 +144,10 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         records.promoted(read_topic(spark, settings, r), r.in_range, as_of_ms=cut)
         for r in (plan(t) for t in present)
     ]
-    promoted = _cache(
-        by_transaction(
-            _union(promoted_raw)
-            if promoted_raw
-            else records.promoted(empty_raw(spark), half_read.in_range, as_of_ms=cut)
-        )
+    promoted = _cache_by_transaction(
+        _union(promoted_raw)
+        if promoted_raw
+        else records.promoted(empty_raw(spark), half_read.in_range, as_of_ms=cut)
     )
     if names.dead_letter in partitions:
         dead_raw = read_topic(spark, settings, plan(names.dead_letter))

@@ -36,8 +36,9 @@ def relay() -> Relay:
 
 def test_committed_offsets_become_the_progress_to_rebuild_from(relay: Relay) -> None:
     half, op = relay.names.half, relay.names.op
-    consumer = Committed([Answer(half, 0, 210), Answer(op, 0, 113), Answer(half, 1, -1001)])
-    consumer.answers.append(Answer(op, 1, -1001))
+    consumer = Committed(
+        [Answer(half, 0, 210), Answer(op, 0, 113), Answer(half, 1, -1001), Answer(op, 1, -1001)]
+    )
     progress = relay._progress(consumer, [0, 1])  # type: ignore[arg-type]
     assert (progress[0].half_offset, progress[0].op_offset) == (210, 113)
     # nothing committed yet (OFFSET_INVALID without an error) is the start of both topics
