@@ -77,22 +77,25 @@ def rates(
     return figures
 
 
-def last_assignment_ns(children: list[Child]) -> int | None:
-    """When the last of the relays logged its (final) non-empty assignment, on the monotonic
-    clock; None when one never did."""
+def last_assignment_ns(children: list[Child], before_ns: int) -> int | None:
+    """When the last of the relays logged its non-empty assignment, on the monotonic clock,
+    counting only assignments logged before ``before_ns`` (the drain's end: stopping one relay
+    hands its partitions to the other, which logs a new assignment after the records were all
+    visible); None when one never did."""
     offset = time.time_ns() - time.monotonic_ns()
     latest = None
     for child in children:
-        stamps = [
-            line[:23]
-            for line in child.log_text().splitlines()
-            if "assigned partitions [" in line and "assigned partitions []" not in line
-        ]
+        stamps = []
+        for line in child.log_text().splitlines():
+            if "assigned partitions [" not in line or "assigned partitions []" in line:
+                continue
+            wall = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            at = int(wall * 1e9) - offset
+            if at <= before_ns:
+                stamps.append(at)
         if not stamps:
             return None
-        wall = dt.datetime.strptime(stamps[-1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        at = int(wall * 1e9) - offset
-        latest = at if latest is None else max(latest, at)
+        latest = stamps[-1] if latest is None else max(latest, stamps[-1])
     return latest
 
 
@@ -118,6 +121,7 @@ def drain(
         for child in children:
             child.start()
         done = watcher.wait_for(expected, timeout=120 + expected / 500)
+        drained = time.monotonic_ns()
         if metric_ports:
             counters = relay_counters(metric_ports)
     finally:
@@ -127,7 +131,7 @@ def drain(
     if not done:
         tails = "\n".join(f"--- {c.name}\n{c.tail(10)}" for c in children)
         print(f"  relay: only {watcher.count} of {expected} visible; logs:\n{tails}", flush=True)
-    joined = last_assignment_ns(children) if group else None
+    joined = last_assignment_ns(children, drained) if group else None
     return {**rates(arrivals, expected, started, joined), **counters}
 
 
