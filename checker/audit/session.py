@@ -9,6 +9,7 @@ session, its master and its jars are spark-submit's and are left alone.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -51,6 +52,27 @@ def local_defaults() -> dict[str, str]:
         "spark.sql.debug.maxToStringFields": "200",
         "spark.driver.extraJavaOptions": java_options,
     }
+
+
+#: Settings whose values are JVM command lines: a user's value is added to the audit's
+#: own instead of replacing it (a flight recorder option must not cost the tuned collector).
+JAVA_OPTIONS = ("spark.driver.extraJavaOptions",)
+_GC_CHOICE = re.compile(r"-XX:\+Use\w*GC\b")
+
+
+def merge_settings(defaults: Mapping[str, str], user: Mapping[str, str]) -> dict[str, str]:
+    """``defaults`` overridden by ``user``, except that JVM options are joined: the user's come
+    last, so theirs win where both set one (HotSpot and ``-D`` take the last). A user's choice
+    of garbage collector drops ours, since the JVM refuses two."""
+    merged = {**defaults, **user}
+    for key in JAVA_OPTIONS:
+        ours, theirs = defaults.get(key), user.get(key)
+        if ours is None or theirs is None:
+            continue
+        if _GC_CHOICE.search(theirs):
+            ours = _GC_CHOICE.sub("", ours)
+        merged[key] = " ".join(f"{ours} {theirs}".split())
+    return merged
 
 
 GIB = 1 << 30
@@ -160,7 +182,7 @@ def start_session(
         builder = builder.master(master or DEFAULT_MASTER)
         jars = connector_jars(jars_dir or cached_jars_dir())
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-        settings = {**local_defaults(), **settings}
+        settings = merge_settings(local_defaults(), settings)
     elif master:
         builder = builder.master(master)
     for key, value in settings.items():
