@@ -1,0 +1,28 @@
+"""The relay's transactional producer settings (unit: librdkafka checks them, nothing connects)."""
+
+from __future__ import annotations
+
+from confluent_kafka import Producer
+
+from relay import Relay, RelaySettings
+
+
+def relay(**kafka: object) -> Relay:
+    return Relay(
+        RelaySettings(bootstrap_servers="unused:9092", topic_prefix="__outbox", kafka=kafka)
+    )
+
+
+def test_transactions_retry_a_concurrent_commit_after_10_ms_not_librdkafkas_100() -> None:
+    config = relay()._producer_config()
+    assert config["retry.backoff.ms"] == 10
+    Producer(config).flush(0)  # librdkafka accepts every name and value
+
+
+def test_a_users_kafka_settings_override_the_back_off_but_not_the_transactional_id() -> None:
+    config = relay(**{"retry.backoff.ms": 50, "transactional.id": "mine"})._producer_config()
+    assert config["retry.backoff.ms"] == 50
+    assert (
+        config["transactional.id"]
+        == RelaySettings(bootstrap_servers="x:1", topic_prefix="__outbox").transactional_id
+    )
