@@ -27,7 +27,7 @@ from bench import preload
 from bench.baselines import create_outbox_table, preload_outbox
 from bench.config import BenchConfig
 from bench.model import Row, ScenarioResult, repeat
-from bench.procs import Child, Context, create_topic, relay_env, unique
+from bench.procs import Child, Context, create_topic, holds_partitions, relay_env, unique
 from bench.services import Services, engine_for
 from bench.watch import Arrivals, Watcher
 from outbox.testing.ports import free_port
@@ -85,17 +85,16 @@ def last_assignment_ns(children: list[Child], before_ns: int) -> int | None:
     offset = time.time_ns() - time.monotonic_ns()
     latest = None
     for child in children:
-        stamps = []
+        last = None
         for line in child.log_text().splitlines():
-            if "assigned partitions [" not in line or "assigned partitions []" in line:
-                continue
-            wall = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            at = int(wall * 1e9) - offset
-            if at <= before_ns:
-                stamps.append(at)
-        if not stamps:
+            if holds_partitions(line):
+                wall = dt.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                at = int(wall * 1e9) - offset
+                if at <= before_ns:
+                    last = at
+        if last is None:
             return None
-        latest = stamps[-1] if latest is None else max(latest, stamps[-1])
+        latest = last if latest is None else max(latest, last)
     return latest
 
 

@@ -167,8 +167,9 @@ class Relay:
         before the coordinator has written its markers, so the next transaction's
         AddOffsetsToTxn often meets CONCURRENT_TRANSACTIONS and is retried after this back-off
         (librdkafka retries AddPartitionsToTxn after 20 ms whatever it is set to). With 100 ms,
-        1 in 5 commits waited that long under the benchmark's 100 txn/s: end-to-end p99 139-236
-        against 92-149 ms with 10 (docs/benchmarks.md). Set ``kafka`` to override it.
+        1 in 4-5 commits waited that long under the benchmark's 100 txn/s: end-to-end p99
+        210-326 against 107-175 ms with 10 in paired runs (docs/benchmarks.md). Set ``kafka``
+        to override it.
         """
         return {
             "retry.backoff.ms": 10,
