@@ -1,4 +1,5 @@
-"""``python -m relay``'s watchdog: a loop stuck in a call that never returns ends the process."""
+"""``python -m relay``'s process: the watchdog (a loop stuck in a call that never returns ends
+the process) and the garbage collector's thresholds."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from relay.__main__ import EXIT_STUCK
+from relay.__main__ import EXIT_STUCK, GC_THRESHOLDS
 
 STUCK = textwrap.dedent(
     """
@@ -40,6 +41,20 @@ TURNING = textwrap.dedent(
     """
 )
 
+RUNS_WITH = textwrap.dedent(
+    """
+    import gc
+    import relay.__main__ as main
+    from relay.settings import RelaySettings
+
+    def report(self):  # in place of the loop: what the process runs it with
+        print(gc.isenabled(), gc.get_threshold())
+
+    main.Relay.run = report
+    main.run(RelaySettings(bootstrap_servers="127.0.0.1:9", stuck_exit_s=0))
+    """
+)
+
 
 def run(code: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -58,3 +73,10 @@ def test_a_turning_loop_is_left_alone() -> None:
     done = run(TURNING)
     assert done.returncode == 0, done.stderr
     assert "has not turned" not in done.stderr
+
+
+def test_the_relay_runs_with_the_collector_on_at_its_own_thresholds() -> None:
+    done = run(RUNS_WITH)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"True {GC_THRESHOLDS}"
+    assert GC_THRESHOLDS[0] > 700  # CPython's own first threshold
