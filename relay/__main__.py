@@ -30,7 +30,7 @@ EXIT_STUCK = 3
 #: The relay allocates a few short-lived objects per record and keeps a large, long-lived
 #: state (held records, the decisions it remembers); with CPython's thresholds the collector
 #: walked that state in a full collection every ~4,500 transactions and found next to nothing
-#: to free: 1.2-1.75 s of 6-7 s of the process's CPU for 100,000 one-message promotions.
+#: to free: 1.2-1.8 s of 5.6-7.1 s of the process's CPU for 100,000 one-message promotions.
 #: With these it spends ~0.2 s (docs/benchmarks.md, "Where the relay's time goes"); it still
 #: runs, so reference cycles are still freed.
 GC_THRESHOLDS = (50_000, 50, 50)
