@@ -13,6 +13,7 @@ assignor and have equal partition counts, so one instance owns partition p of bo
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -24,7 +25,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.protocol.half import HalfRecord, copy_headers, decode_half
-from outbox.protocol.headers import Header
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.service_http import ServiceEndpoint
 from relay.metrics import RelayMetrics
@@ -51,6 +51,8 @@ log = logging.getLogger("relay")
 #: An op waiting this long for its half records makes the relay ask the broker whether they
 #: can exist at all (an op naming offsets past the partition's end is rejected).
 VERIFY_AFTER_S = 5.0
+#: Delivery errors of records an aborted transaction dropped, through no fault of their own.
+_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
 #: How often the loop measures its lag for ``/metrics``.
 LAG_EVERY_S = 2.0
 
@@ -414,18 +416,13 @@ class Relay:
         _retried("commit_transaction", lambda: producer.commit_transaction(timeout))
 
     def _failed(self, error: KafkaError, timeout: float) -> None:
-        """A batch failed: abort it and start again from the committed progress."""
+        """A batch failed: abort it, park what a real topic refused, and start again from the
+        committed progress."""
         assert self._producer is not None
         self.aborts += 1
         self._ready = (False, f"last Kafka transaction failed: {error.str()}")
-        now = time.monotonic()
-        for txn_id, why in self._failures:
-            if txn_id is not None:
-                self._refused[txn_id] = now
-                log.error(
-                    "transaction %s: its real topic refused a write (%s); parked", txn_id, why
-                )
         if error.fatal():
+            self._park_refused()
             raise _Restart(f"Kafka transaction failed: {error.str()}")
         required = error.txn_requires_abort()
         if required:
@@ -436,12 +433,35 @@ class Relay:
             self._producer.abort_transaction(timeout)
         except KafkaException as err:
             if required:
+                self._park_refused()
                 raise _Restart(f"abort_transaction failed: {err}") from err
+        self._park_refused()
         # Redo it in a new session rather than with this producer: a new one bumps the
         # producer epoch (init_transactions), so nothing left of the aborted transaction on
         # the broker - after a broker restart its view and the client's can differ - can
         # ever be completed by a later commit of the same epoch.
         raise _Restart(f"Kafka transaction {'aborted' if required else 'failed'}: {error.str()}")
+
+    def _park_refused(self) -> None:
+        """Park each transaction a real topic refused a record of, so that the redone batch
+        goes without it (until ``park_retry_s``) instead of failing the same way forever.
+
+        A refusal fails the transaction call as soon as the broker answers; the reports a
+        failed call left queued are served here first, once the abort has settled them all.
+        """
+        assert self._producer is not None
+        try:
+            self._producer.poll(0)
+        except KafkaException as err:  # a report callback's own failure: keep what was noted
+            log.warning("serving the failed batch's delivery reports: %s", err)
+        now = time.monotonic()
+        for txn_id, why in self._failures:
+            if txn_id is not None:
+                self._refused[txn_id] = now
+                log.error(
+                    "transaction %s: its real topic refused a write (%s); parked", txn_id, why
+                )
+        self._failures = []
 
     def _take(self, partition: int, state: PartitionState) -> Batch:
         while True:
@@ -527,8 +547,11 @@ class Relay:
 
     def _emit(self, partition: int, action: Action) -> None:
         if isinstance(action, Promote):
+            # A delivery report carries no headers (confluent-kafka), so the transaction a
+            # refused record belongs to rides in its callback: one per transaction.
+            on_delivery = functools.partial(self._delivered, action.op.txn_id)
             for record in action.records:
-                self._produce(promoted(record))
+                self._produce(promoted(record), on_delivery)
         elif isinstance(action, PutBack):
             for record in action.records:
                 self._produce(
@@ -538,7 +561,8 @@ class Relay:
                         record.message.value,
                         list(copy_headers(record)),
                         partition=partition,
-                    )
+                    ),
+                    self._copied,
                 )
         elif isinstance(action, Reject):
             self._reject(action)
@@ -583,10 +607,13 @@ class Relay:
                 key=key,
                 value=value,
                 headers=headers,
-            )
+            ),
+            self._dead_letter_delivered,
         )
 
-    def _produce(self, out: Outgoing, txn_id: str | None = None) -> None:
+    def _produce(
+        self, out: Outgoing, on_delivery: Callable[[KafkaError | None, Message], None]
+    ) -> None:
         """Queue one record of the open Kafka transaction (the hot path: no per-record
         closure, positional arguments)."""
         assert self._producer is not None
@@ -594,23 +621,29 @@ class Relay:
         while True:
             try:
                 self._producer.produce(
-                    out.topic, out.value, out.key, partition, self._delivered, headers=out.headers
+                    out.topic, out.value, out.key, partition, on_delivery, headers=out.headers
                 )
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
 
-    def _delivered(self, err: KafkaError | None, msg: Message) -> None:
-        topic = msg.topic()
+    def _delivered(self, txn_id: str | None, err: KafkaError | None, msg: Message) -> None:
+        """A promoted record's report: a refusal is noted against its transaction, which
+        ``_park_refused`` parks once the batch is aborted."""
+        if err is not None and err.code() not in _PURGED:  # purged: dropped by the abort
+            self._failures.append((txn_id, f"{msg.topic()}: {err.str()}"))
+
+    def _dead_letter_delivered(self, err: KafkaError | None, msg: Message) -> None:
+        self._delivered(None, err, msg)
+
+    def _copied(self, err: KafkaError | None, msg: Message) -> None:
+        """A put-back copy's report: past its offset is where the half partition ends."""
         if err is not None:
-            # a promoted record names its transaction in a header: that one gets parked
-            txn_id = dict(msg.headers() or {}).get(Header.TXN_ID.value)
-            txn = txn_id.decode() if isinstance(txn_id, bytes) and topic != self._half else None
-            self._failures.append((txn, f"{topic}: {err.str()}"))
-        elif topic == self._half:
-            p, end = int(msg.partition() or 0), int(msg.offset() or 0) + 1
-            if end > self._copies_end.get(p, 0):
-                self._copies_end[p] = end
+            self._delivered(None, err, msg)
+            return
+        p, end = int(msg.partition() or 0), int(msg.offset() or 0) + 1
+        if end > self._copies_end.get(p, 0):
+            self._copies_end[p] = end
 
     # -- partitions ------------------------------------------------------------------------
 

@@ -5,12 +5,19 @@ from __future__ import annotations
 import time
 
 import pytest
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 
 from outbox.protocol import OpState
 from relay import RelaySettings
 from tests.kafka_helpers import create_topic, unique
 from tests.relay.harness import wait_for
-from tests.relay.test_relay import RelayThread, Stream, delivered, expected
+from tests.relay.test_relay import RelayThread, Stream, delivered, expected, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -97,6 +104,57 @@ def test_a_commit_for_a_missing_topic_is_parked_while_others_go_on_and_promoted_
         time.sleep(1)
         assert list(delivered(kafka_bootstrap, stream).values()) == [1]
         assert relay.relay.stats()["parked"] == 0
+    finally:
+        relay.stop()
+
+
+def test_a_commit_its_real_topic_refuses_is_parked_while_others_go_on_and_retried_until_taken(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-refused"))
+    tight = unique("tight")
+    create_topic(kafka_bootstrap, tight, partitions=1, config={"max.message.bytes": "2048"})
+    relay = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap,
+            topic_prefix=stream.settings.topic_prefix,
+            group_id=unique("relay"),
+            park_retry_s=2,
+        )
+    )
+    try:
+        # Given a committed transaction whose record is bigger than its real topic takes,
+        # before others on its key
+        real = stream.real_topic
+        stream.real_topic, stream.padding = tight, 8000
+        stream.write([(b"same-key", 1, OpState.COMMIT)])
+        [refused] = list(stream.committed)
+        stream.real_topic, stream.padding = real, 0
+        del stream.committed[refused]
+        stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
+        # Then the others are promoted, and it is parked (each retry is an aborted Kafka
+        # transaction), with nothing of it on its topic
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "others")
+        wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the parked count")
+        assert relay.relay.stats()["aborts"] >= 1
+        assert read_topic(kafka_bootstrap, tight) == []
+        # When the topic takes it, the next retry promotes it, once; the others stay once
+        others = delivered(kafka_bootstrap, stream)
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        entry = ConfigEntry(
+            "max.message.bytes", "1000000", incremental_operation=AlterConfigOpType.SET
+        )
+        resource = ConfigResource(ResourceType.TOPIC, tight, incremental_configs=[entry])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        stream.real_topic, stream.committed = tight, {refused: 1}
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) == {(refused, 0)}, 60, "it")
+        time.sleep(1)
+        assert list(delivered(kafka_bootstrap, stream).values()) == [1]
+        assert len(read_topic(kafka_bootstrap, tight)[0].value()) > 8000
+        stream.real_topic = real
+        assert set(others) == set(delivered(kafka_bootstrap, stream))
+        assert set(delivered(kafka_bootstrap, stream).values()) == {1}
+        wait_for(lambda: relay.relay.stats()["parked"] == 0, 30, "no parked transaction")
     finally:
         relay.stop()
 

@@ -45,6 +45,7 @@ class Stream:
         self.rolled_back: set[str] = set()
         self.commit_order: dict[bytes, list[str]] = defaultdict(list)
         self.real_topic = unique("relayed")  # tests share the broker, not their real topic
+        self.padding = 0  # bytes added to each value written from now on
         create_topic(bootstrap, self.real_topic, partitions=3)
 
     def write(self, batch: list[tuple[bytes, int, OpState]]) -> None:
@@ -55,7 +56,8 @@ class Stream:
             txn_id, partition = new_transaction_id(), partition_for(key, PARTITIONS)
             txns.append((txn_id, partition, key, count, decision))
             for index in range(count):
-                message = HalfMessage(self.real_topic, f"{txn_id}/{index}".encode(), key)
+                value = f"{txn_id}/{index}".encode() + b"." * self.padding
+                message = HalfMessage(self.real_topic, value, key)
                 headers = encode_half_headers(
                     txn_id=txn_id,
                     producer_group="g",
