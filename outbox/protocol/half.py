@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
+from outbox.protocol.frozen import frozen
 from outbox.protocol.headers import HALF_HEADERS, RESERVED_HEADER_PREFIX, SCHEMA_VERSION, Header
 from outbox.protocol.ids import validate_transaction_id
 
@@ -152,25 +153,31 @@ def decode_half(
             f"{version!r}; this code reads version {SCHEMA_VERSION} only - upgrade the reader"
         )
     try:
-        return HalfRecord(
-            txn_id=validate_transaction_id(ours[_TXN].decode()),
-            producer_group=ours[_GROUP].decode(),
-            message=HalfMessage(
-                topic=ours[_TOPIC].decode(),
-                value=value,
-                key=ours.get(_KEY),
-                headers=tuple(user),
-            ),
-            index=int(ours[_INDEX]),
-            count=int(ours[_COUNT]) if _COUNT in ours else None,
-            created_at_ms=int(ours[_CREATED]),
-            check_count=int(ours[_CHECKS]),
-            check_immunity_s=int(ours[_IMMUNITY]) if _IMMUNITY in ours else None,
-            origin_offset=int(ours[_ORIGIN]) if _ORIGIN in ours else None,
-            partition=partition,
-            offset=offset,
-            timestamp_ms=timestamp_ms,
-            raw_headers=tuple(normalized),  # type: ignore[arg-type]
+        return frozen(
+            HalfRecord,
+            {
+                "txn_id": validate_transaction_id(ours[_TXN].decode()),
+                "producer_group": ours[_GROUP].decode(),
+                "message": frozen(
+                    HalfMessage,
+                    {
+                        "topic": ours[_TOPIC].decode(),
+                        "value": value,
+                        "key": ours.get(_KEY),
+                        "headers": tuple(user),
+                    },
+                ),
+                "index": int(ours[_INDEX]),
+                "count": int(ours[_COUNT]) if _COUNT in ours else None,
+                "created_at_ms": int(ours[_CREATED]),
+                "check_count": int(ours[_CHECKS]),
+                "check_immunity_s": int(ours[_IMMUNITY]) if _IMMUNITY in ours else None,
+                "origin_offset": int(ours[_ORIGIN]) if _ORIGIN in ours else None,
+                "partition": partition,
+                "offset": offset,
+                "timestamp_ms": timestamp_ms,
+                "raw_headers": tuple(normalized),
+            },
         )
     except (KeyError, UnicodeDecodeError, ValueError) as err:
         # The fast path failed: name exactly what is wrong.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
+from outbox.protocol.frozen import frozen
 from outbox.protocol.headers import SCHEMA_VERSION
 from outbox.protocol.ids import validate_transaction_id
 from outbox.protocol.states import DecidedBy, OpState
@@ -87,17 +88,20 @@ def decode_op(
         )
     try:
         half = doc["half"]
-        op = OpRecord(
-            txn_id=validate_transaction_id(doc["txn_id"]),
-            state=_STATES[doc["state"]],
-            producer_group=str(doc["producer_group"]),
-            half_partition=int(half["partition"]),
-            half_offsets=tuple(map(int, half["offsets"])),
-            decided_by=_DECIDERS[doc["decided_by"]],
-            decided_at_ms=int(doc["decided_at_ms"]),
-            reason=doc.get("reason"),
-            partition=partition,
-            offset=offset,
+        op: OpRecord = frozen(
+            OpRecord,
+            {
+                "txn_id": validate_transaction_id(doc["txn_id"]),
+                "state": _STATES[doc["state"]],
+                "producer_group": str(doc["producer_group"]),
+                "half_partition": int(half["partition"]),
+                "half_offsets": tuple(map(int, half["offsets"])),
+                "decided_by": _DECIDERS[doc["decided_by"]],
+                "decided_at_ms": int(doc["decided_at_ms"]),
+                "reason": doc.get("reason"),
+                "partition": partition,
+                "offset": offset,
+            },
         )
     except (KeyError, TypeError, ValueError) as err:
         raise ProtocolError(f"{where} has a missing or malformed field: {err!r}") from err

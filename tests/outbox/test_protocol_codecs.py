@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pickle
+from dataclasses import FrozenInstanceError, fields
+
 import pytest
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
 from outbox.protocol import (
     DecidedBy,
     HalfMessage,
+    HalfRecord,
     OpRecord,
     OpState,
     decode_half,
@@ -83,3 +87,36 @@ def test_an_op_record_round_trips_and_a_bad_one_is_refused() -> None:
         decode_op(key, value.replace(b'"v":1', b'"v":9'))
     with pytest.raises(ProtocolError, match="differs from its txn_id"):
         decode_op(b"other", value)
+
+
+def test_decoded_records_are_what_their_constructors_build_every_field_set_and_frozen() -> None:
+    # The decoders fill the instances directly (outbox.protocol.frozen); a field left out
+    # there would read as the class default, which these comparisons would show.
+    record = decode_half(value=b"v", headers=headers(), partition=1, offset=9, timestamp_ms=5)
+    built = HalfRecord(
+        txn_id=TXN,
+        producer_group="g",
+        message=HalfMessage("orders", b"v", b"k", (("app", b"1"),)),
+        index=2,
+        count=3,
+        created_at_ms=7,
+        check_count=0,
+        check_immunity_s=None,
+        origin_offset=None,
+        partition=1,
+        offset=9,
+        timestamp_ms=5,
+        raw_headers=tuple(headers()),
+    )
+    assert record == built and hash(record) == hash(built)
+    assert vars(record).keys() == {f.name for f in fields(HalfRecord)}
+    assert vars(record.message).keys() == {f.name for f in fields(HalfMessage)}
+    assert pickle.loads(pickle.dumps(record)) == record
+    op = OpRecord(TXN, OpState.ROLLBACK, "g", 1, (4,), DecidedBy.PRODUCER, 10)
+    decoded = decode_op(*encode_op(op), partition=1, offset=3)
+    assert decoded is not None
+    assert decoded == op and (decoded.partition, decoded.offset) == (1, 3)
+    assert vars(decoded).keys() == {f.name for f in fields(OpRecord)}
+    for frozen_one in (record, record.message, decoded):
+        with pytest.raises(FrozenInstanceError):
+            frozen_one.partition = 0  # type: ignore[misc]
