@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import urllib.error
@@ -34,6 +35,9 @@ class CheckClient:
     ) -> dict[str, LocalTransactionState]:
         """Ask the first instance, failing over to the next on error or timeout.
 
+        An instance that answers something else than a check reply (an error status, another
+        service on its port, a proxy's page, a cut-off body) counts as not answering.
+
         Raises:
             NoAnswer: every instance failed (or there were none).
         """
@@ -41,7 +45,7 @@ class CheckClient:
         for instance in instances:
             try:
                 return self._ask(instance, txn_ids)
-            except (OSError, ValueError, KeyError) as err:
+            except (OSError, ValueError, http.client.HTTPException) as err:
                 errors.append(f"{instance.check_url}: {err}")
                 log.warning(
                     "check of %d txns at %s failed: %s", len(txn_ids), instance.check_url, err
@@ -59,5 +63,36 @@ class CheckClient:
             instance.check_url.rstrip("/") + CHECK_PATH, data=body, headers=headers, method="POST"
         )
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            states = json.loads(response.read())["states"]
-        return {t: LocalTransactionState(states[t]) for t in txn_ids}
+            reply = response.read()
+        return states_in(reply, txn_ids)
+
+
+def states_in(reply: bytes, txn_ids: Sequence[str]) -> dict[str, LocalTransactionState]:
+    """The state of each of ``txn_ids`` in a check endpoint's reply.
+
+    Raises:
+        ValueError: the reply is not ``{"states": {txn_id: state}}`` naming every one asked, with
+            a state of :class:`LocalTransactionState`; the message quotes the reply's start.
+    """
+    start = reply[:120]
+    try:
+        document = json.loads(reply)
+    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise ValueError(f"the reply is not JSON ({err}): {start!r}") from err
+    states = document.get("states") if isinstance(document, dict) else None
+    if not isinstance(states, dict):
+        raise ValueError(f'the reply has no "states" object: {start!r}')
+    missing = [t for t in txn_ids if t not in states]
+    if missing:
+        raise ValueError(
+            f"the reply names {len(txn_ids) - len(missing)} of the {len(txn_ids)} transactions "
+            f"asked about; {missing[0]} is missing: {start!r}"
+        )
+    answer = {}
+    for txn_id in txn_ids:
+        state = states[txn_id]
+        if not isinstance(state, str) or state not in LocalTransactionState.__members__:
+            known = ", ".join(LocalTransactionState.__members__)
+            raise ValueError(f"the reply gives {txn_id} the state {state!r}, not one of {known}")
+        answer[txn_id] = LocalTransactionState(state)
+    return answer
