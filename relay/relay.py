@@ -551,7 +551,7 @@ class Relay:
             # refused record belongs to rides in its callback: one per transaction.
             on_delivery = functools.partial(self._delivered, action.op.txn_id)
             for record in action.records:
-                self._produce(promoted(record), on_delivery)
+                self._produce(promoted(record), on_delivery, action.op.txn_id)
         elif isinstance(action, PutBack):
             for record in action.records:
                 self._produce(
@@ -612,10 +612,18 @@ class Relay:
         )
 
     def _produce(
-        self, out: Outgoing, on_delivery: Callable[[KafkaError | None, Message], None]
+        self,
+        out: Outgoing,
+        on_delivery: Callable[[KafkaError | None, Message], None],
+        txn_id: str | None = None,
     ) -> None:
         """Queue one record of the open Kafka transaction (the hot path: no per-record
-        closure, positional arguments)."""
+        closure, positional arguments).
+
+        Raises:
+            KafkaException: the client refused the record before sending it (bigger than its
+                ``message.max.bytes``); noted against ``txn_id``, which the abort then parks.
+        """
         assert self._producer is not None
         partition = -1 if out.partition is None else out.partition  # -1: the partitioner
         while True:
@@ -626,6 +634,9 @@ class Relay:
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
+            except KafkaException as err:
+                self._failures.append((txn_id, f"{out.topic}: {err.args[0].str()}"))
+                raise
 
     def _delivered(self, txn_id: str | None, err: KafkaError | None, msg: Message) -> None:
         """A promoted record's report: a refusal is noted against its transaction, which

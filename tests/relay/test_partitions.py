@@ -159,6 +159,50 @@ def test_a_commit_its_real_topic_refuses_is_parked_while_others_go_on_and_retrie
         relay.stop()
 
 
+def test_a_record_too_big_for_the_relays_own_client_is_parked_and_promoted_by_one_that_takes_it(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-too-big"))
+    group = unique("relay")
+
+    def relay_with(kafka: dict[str, object]) -> RelayThread:
+        return RelayThread(
+            RelaySettings(
+                bootstrap_servers=kafka_bootstrap,
+                topic_prefix=stream.settings.topic_prefix,
+                group_id=group,
+                kafka=kafka,
+            )
+        )
+
+    relay = relay_with({"message.max.bytes": 5000})
+    try:
+        # Given a committed transaction with a record bigger than the relay's client sends,
+        # before others on its key
+        stream.padding = 8000
+        stream.write([(b"same-key", 1, OpState.COMMIT)])
+        [big] = list(stream.committed)
+        del stream.committed[big]
+        stream.padding = 0
+        stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
+        # Then the others are promoted and it is parked, not sent
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "others")
+        wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the parked count")
+        assert relay.relay.stats()["aborts"] >= 1
+        assert big not in {txn for txn, _ in delivered(kafka_bootstrap, stream)}
+    finally:
+        relay.stop()
+    # When the group's relay restarts with a client that takes it, it is promoted, once
+    relay = relay_with({})
+    try:
+        stream.committed[big] = 1
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) == expected(stream), 60, "it")
+        time.sleep(1)
+        assert set(delivered(kafka_bootstrap, stream).values()) == {1}
+    finally:
+        relay.stop()
+
+
 def test_with_auto_create_a_missing_real_topic_is_created_and_promoted_to(
     kafka_bootstrap: str,
 ) -> None:
