@@ -94,6 +94,10 @@ class Relay:
         self._retained: dict[int, tuple[PartitionState, tuple[int, int, str] | None]] = {}
         self._retired: dict[str, int] = {}  # counters of partitions no longer held
         self._refused: dict[str, float] = {}  # txn id -> when a real topic refused it
+        # Refused transactions due for a retry, as seen by this batch; the next batch retries
+        # the longest refused of them, alone (see _why_not).
+        self._due: dict[str, float] = {}
+        self._retry: str | None = None
         self._waiting_since: dict[int, float] = {}
         self._paused: set[int] = set()
         self._parked_logged: set[str] = set()
@@ -368,6 +372,8 @@ class Relay:
         assert self._consumer is not None and self._producer is not None
         if not self.states:
             return
+        self._retry = min(self._due, key=self._due.__getitem__) if self._due else None
+        self._due = {}
         batches = {p: self._take(p, state) for p, state in self.states.items()}
         todo = {
             p: b
@@ -505,9 +511,16 @@ class Relay:
             return None
         refused = self._refused.get(op.txn_id)
         if refused is not None:
+            # One a batch, the longest refused first: the broker refuses a record batch whole,
+            # so transactions refused together are retried apart - the others get through,
+            # and the one at fault, refused again, goes to the back.
             if time.monotonic() - refused < self.settings.park_retry_s:
                 return "its real topic refused a write; retried later"
+            if op.txn_id != self._retry:
+                self._due[op.txn_id] = refused
+                return "its real topic refused a write; retried after those refused before it"
             del self._refused[op.txn_id]
+            self._retry = None
         return None
 
     def _log_end(self, partition: int) -> int:

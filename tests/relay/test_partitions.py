@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import (
@@ -33,6 +34,40 @@ def group_on_fresh_topics(bootstrap: str, prefix: str) -> tuple[Stream, RelaySet
         kafka={"session.timeout.ms": 6000},
     )
     return stream, settings
+
+
+def relay_on(stream: Stream, **settings: Any) -> RelayThread:
+    """A running relay on ``stream``'s topics, in a group of its own unless ``group_id``."""
+    return RelayThread(
+        RelaySettings(
+            bootstrap_servers=stream.settings.bootstrap_servers,
+            topic_prefix=stream.settings.topic_prefix,
+            **{"group_id": unique("relay"), **settings},
+        )
+    )
+
+
+def parked_before_others(
+    bootstrap: str,
+    stream: Stream,
+    relay: RelayThread,
+    *,
+    topic: str | None = None,
+    padding: int = 0,
+) -> str:
+    """One committed transaction (to ``topic``, its value ``padding`` bytes longer) before two
+    others to the stream's real topic, one on its key; once the others are promoted and it is
+    parked, its id (left out of ``stream.committed``)."""
+    real = stream.real_topic
+    stream.real_topic, stream.padding = topic or real, padding
+    stream.write([(b"same-key", 1, OpState.COMMIT)])
+    [parked] = list(stream.committed)
+    stream.real_topic, stream.padding = real, 0
+    del stream.committed[parked]
+    stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
+    wait_for(lambda: set(delivered(bootstrap, stream)) >= expected(stream), 60, "others")
+    wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the parked count")
+    return parked
 
 
 def test_instances_of_one_group_own_the_same_partition_numbers_of_both_topics(
@@ -75,26 +110,11 @@ def test_a_commit_for_a_missing_topic_is_parked_while_others_go_on_and_promoted_
 ) -> None:
     stream = Stream(kafka_bootstrap, unique("__outbox-park"))
     ghost = unique("not-yet")
-    relay = RelayThread(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=stream.settings.topic_prefix,
-            group_id=unique("relay"),
-            topic_refresh_s=1,
-        )
-    )
+    relay = relay_on(stream, topic_refresh_s=1)
     try:
-        # Given a committed transaction whose topic does not exist, before others on its key
-        real = stream.real_topic
-        stream.real_topic = ghost
-        stream.write([(b"same-key", 1, OpState.COMMIT)])
-        [parked] = list(stream.committed)
-        stream.real_topic = real
-        del stream.committed[parked]
-        stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
-        # Then the others are promoted and it is parked, with a metric
-        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "others")
-        wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the parked count")
+        # Given a committed transaction whose topic does not exist, before others on its key,
+        # then the others are promoted and it is parked, with a metric
+        parked = parked_before_others(kafka_bootstrap, stream, relay, topic=ghost)
         assert b"outbox_relay_parked_transactions 1.0" in relay.relay.metrics.render()
         # When its topic is created, it is promoted, once
         create_topic(kafka_bootstrap, ghost, partitions=1)
@@ -114,28 +134,13 @@ def test_a_commit_its_real_topic_refuses_is_parked_while_others_go_on_and_retrie
     stream = Stream(kafka_bootstrap, unique("__outbox-refused"))
     tight = unique("tight")
     create_topic(kafka_bootstrap, tight, partitions=1, config={"max.message.bytes": "2048"})
-    relay = RelayThread(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=stream.settings.topic_prefix,
-            group_id=unique("relay"),
-            park_retry_s=2,
-        )
-    )
+    relay = relay_on(stream, park_retry_s=2)
     try:
         # Given a committed transaction whose record is bigger than its real topic takes,
-        # before others on its key
+        # before others on its key, then the others are promoted and it is parked (each retry
+        # is an aborted Kafka transaction), with nothing of it on its topic
         real = stream.real_topic
-        stream.real_topic, stream.padding = tight, 8000
-        stream.write([(b"same-key", 1, OpState.COMMIT)])
-        [refused] = list(stream.committed)
-        stream.real_topic, stream.padding = real, 0
-        del stream.committed[refused]
-        stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
-        # Then the others are promoted, and it is parked (each retry is an aborted Kafka
-        # transaction), with nothing of it on its topic
-        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "others")
-        wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the parked count")
+        refused = parked_before_others(kafka_bootstrap, stream, relay, topic=tight, padding=8000)
         assert relay.relay.stats()["aborts"] >= 1
         assert read_topic(kafka_bootstrap, tight) == []
         # When the topic takes it, the next retry promotes it, once; the others stay once
@@ -159,41 +164,50 @@ def test_a_commit_its_real_topic_refuses_is_parked_while_others_go_on_and_retrie
         relay.stop()
 
 
+def test_transactions_refused_along_with_a_too_big_one_are_retried_apart_and_get_through(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-refused-with"))
+    tight = unique("tight")
+    create_topic(kafka_bootstrap, tight, partitions=1, config={"max.message.bytes": "2048"})
+    # Given a backlog with one transaction too big for its real topic among small ones to the
+    # same partition of that topic, which the relay promotes in one Kafka transaction (the
+    # broker refuses the record batch as a whole: all of them are reported refused)
+    stream.real_topic, stream.padding = tight, 8000
+    stream.write([(b"big", 1, OpState.COMMIT)])
+    [big] = list(stream.committed)
+    del stream.committed[big]
+    stream.padding = 0
+    stream.write([(f"small-{i}".encode(), 1, OpState.COMMIT) for i in range(4)])
+    relay = relay_on(stream, park_retry_s=1)
+    try:
+        # Then the small ones get through, once, and the big one stays parked
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 90, "small")
+        wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the big one parked")
+        time.sleep(2)
+        seen = delivered(kafka_bootstrap, stream)
+        assert set(seen) == expected(stream) and set(seen.values()) == {1}
+        assert relay.relay.stats()["aborts"] >= 2  # the batch, then the big one's own retries
+    finally:
+        relay.stop()
+
+
 def test_a_record_too_big_for_the_relays_own_client_is_parked_and_promoted_by_one_that_takes_it(
     kafka_bootstrap: str,
 ) -> None:
     stream = Stream(kafka_bootstrap, unique("__outbox-too-big"))
     group = unique("relay")
-
-    def relay_with(kafka: dict[str, object]) -> RelayThread:
-        return RelayThread(
-            RelaySettings(
-                bootstrap_servers=kafka_bootstrap,
-                topic_prefix=stream.settings.topic_prefix,
-                group_id=group,
-                kafka=kafka,
-            )
-        )
-
-    relay = relay_with({"message.max.bytes": 5000})
+    relay = relay_on(stream, group_id=group, kafka={"message.max.bytes": 5000})
     try:
         # Given a committed transaction with a record bigger than the relay's client sends,
-        # before others on its key
-        stream.padding = 8000
-        stream.write([(b"same-key", 1, OpState.COMMIT)])
-        [big] = list(stream.committed)
-        del stream.committed[big]
-        stream.padding = 0
-        stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
-        # Then the others are promoted and it is parked, not sent
-        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "others")
-        wait_for(lambda: relay.relay.stats()["parked"] == 1, 30, "the parked count")
+        # before others on its key, then the others are promoted and it is parked, not sent
+        big = parked_before_others(kafka_bootstrap, stream, relay, padding=8000)
         assert relay.relay.stats()["aborts"] >= 1
         assert big not in {txn for txn, _ in delivered(kafka_bootstrap, stream)}
     finally:
         relay.stop()
     # When the group's relay restarts with a client that takes it, it is promoted, once
-    relay = relay_with({})
+    relay = relay_on(stream, group_id=group)
     try:
         stream.committed[big] = 1
         wait_for(lambda: set(delivered(kafka_bootstrap, stream)) == expected(stream), 60, "it")
@@ -208,15 +222,7 @@ def test_with_auto_create_a_missing_real_topic_is_created_and_promoted_to(
 ) -> None:
     stream = Stream(kafka_bootstrap, unique("__outbox-autocreate"))
     stream.real_topic = unique("created-by-relay")
-    relay = RelayThread(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=stream.settings.topic_prefix,
-            group_id=unique("relay"),
-            auto_create_topics=True,
-            auto_create_partitions=2,
-        )
-    )
+    relay = relay_on(stream, auto_create_topics=True, auto_create_partitions=2)
     try:
         stream.write([(b"k", 2, OpState.COMMIT)])
         wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "it")
