@@ -51,8 +51,27 @@ log = logging.getLogger("relay")
 #: An op waiting this long for its half records makes the relay ask the broker whether they
 #: can exist at all (an op naming offsets past the partition's end is rejected).
 VERIFY_AFTER_S = 5.0
-#: Delivery errors of records an aborted transaction dropped, through no fault of their own.
-_PURGED = frozenset({KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT})
+#: Errors that refuse a record for what it is, so that its transaction is parked. Any other
+#: (a broker restarting, a timeout, records the abort dropped) fails the batch alone, which is
+#: redone: parking those would let later transactions on the same key overtake.
+_REFUSALS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    }
+)
+
+
+def refuses_the_record(error: KafkaError) -> bool:
+    """Whether ``error`` refuses a record for what it is (its transaction gets parked)."""
+    return error.code() in _REFUSALS
+
+
 #: How often the loop measures its lag for ``/metrics``.
 LAG_EVERY_S = 2.0
 
@@ -648,13 +667,14 @@ class Relay:
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain
             except KafkaException as err:
-                self._failures.append((txn_id, f"{out.topic}: {err.args[0].str()}"))
+                if refuses_the_record(err.args[0]):
+                    self._failures.append((txn_id, f"{out.topic}: {err.args[0].str()}"))
                 raise
 
     def _delivered(self, txn_id: str | None, err: KafkaError | None, msg: Message) -> None:
         """A promoted record's report: a refusal is noted against its transaction, which
         ``_park_refused`` parks once the batch is aborted."""
-        if err is not None and err.code() not in _PURGED:  # purged: dropped by the abort
+        if err is not None and refuses_the_record(err):
             self._failures.append((txn_id, f"{msg.topic()}: {err.str()}"))
 
     def _dead_letter_delivered(self, err: KafkaError | None, msg: Message) -> None:

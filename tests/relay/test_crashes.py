@@ -138,5 +138,8 @@ def test_a_broker_restart_during_load_loses_and_repeats_nothing(
             raise AssertionError(f"{err}\n{diagnose(load, watcher, relays)}") from err
         # Then, once everything is read, each committed message is there exactly once
         finish(load, watcher, relays, broker.bootstrap)
+        # And no transaction was parked as refused: a broker restarting refuses no record
+        for relay in relays:
+            assert "refused a write" not in relay.log.read_text(errors="replace"), relay.tail()
     finally:
         broker.kill()
