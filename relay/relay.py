@@ -486,6 +486,8 @@ class Relay:
                 log.error(
                     "transaction %s: its real topic refused a write (%s); parked", txn_id, why
                 )
+            else:  # a dead letter or a put-back copy: nothing to park, the batch is redone
+                log.error("a write to an internal topic was refused (%s); redoing the batch", why)
         self._failures = []
 
     def _take(self, partition: int, state: PartitionState) -> Batch:
