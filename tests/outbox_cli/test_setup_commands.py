@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 from outbox.protocol import TopicNames
-from tests.kafka_helpers import unique
+from tests.kafka_helpers import create_topic, unique
 from tests.outbox_cli.conftest import Cli
 
 pytestmark = pytest.mark.integration
@@ -33,6 +33,24 @@ def test_topics_ensure_creates_the_four_topics_once_then_verifies_them(
     mismatch = cli("topics", "ensure", env={**env, "OUTBOX_PARTITIONS": "3"})
     assert mismatch.code == 1
     assert f"{names.half} has 2 partitions, expected 3" in mismatch.err
+
+
+def test_topics_ensure_refuses_an_op_topic_that_is_not_compacted(
+    cli: Cli, kafka_bootstrap: str
+) -> None:
+    # Given an op topic someone created by hand with the broker's default policy (delete), on
+    # which retention would drop decisions the relay and checker rebuild from
+    names = TopicNames(unique("__outbox-cli-policy"))
+    create_topic(kafka_bootstrap, names.op, partitions=2, config={"cleanup.policy": "delete"})
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "OUTBOX_TOPIC_PREFIX": names.prefix,
+        "OUTBOX_PARTITIONS": "2",
+    }
+    # Then ensure says so and exits 1, naming the topic and both policies
+    refused = cli("topics", "ensure", env=env)
+    assert refused.code == 1
+    assert f"{names.op} has cleanup.policy=delete, expected compact" in refused.err
 
 
 def test_topics_ensure_exits_3_when_the_broker_is_unreachable(cli: Cli, unused_port: int) -> None:
