@@ -90,9 +90,11 @@ def states_in(reply: bytes, txn_ids: Sequence[str]) -> dict[str, LocalTransactio
         )
     answer = {}
     for txn_id in txn_ids:
-        state = states[txn_id]
-        if not isinstance(state, str) or state not in LocalTransactionState.__members__:
-            known = ", ".join(LocalTransactionState.__members__)
-            raise ValueError(f"the reply gives {txn_id} the state {state!r}, not one of {known}")
-        answer[txn_id] = LocalTransactionState(state)
+        try:
+            answer[txn_id] = LocalTransactionState(states[txn_id])
+        except ValueError:  # the enum's own refusal, whatever the value's type
+            known = ", ".join(LocalTransactionState)
+            raise ValueError(
+                f"the reply gives {txn_id} the state {states[txn_id]!r}, not one of {known}"
+            ) from None
     return answer

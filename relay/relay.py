@@ -51,6 +51,8 @@ log = logging.getLogger("relay")
 #: An op waiting this long for its half records makes the relay ask the broker whether they
 #: can exist at all (an op naming offsets past the partition's end is rejected).
 VERIFY_AFTER_S = 5.0
+#: How often the loop measures its lag for ``/metrics``.
+LAG_EVERY_S = 2.0
 #: Errors that refuse a record for what it is, so that its transaction is parked. Any other
 #: (a broker restarting, a timeout, records the abort dropped) fails the batch alone, which is
 #: redone: parking those would let later transactions on the same key overtake.
@@ -70,10 +72,6 @@ _REFUSALS = frozenset(
 def refuses_the_record(error: KafkaError) -> bool:
     """Whether ``error`` refuses a record for what it is (its transaction gets parked)."""
     return error.code() in _REFUSALS
-
-
-#: How often the loop measures its lag for ``/metrics``.
-LAG_EVERY_S = 2.0
 
 
 def _retried(what: str, call: Callable[[], object], attempts: int = 3) -> None:
@@ -446,26 +444,30 @@ class Relay:
         assert self._producer is not None
         self.aborts += 1
         self._ready = (False, f"last Kafka transaction failed: {error.str()}")
-        if error.fatal():
-            self._park_refused()
-            raise _Restart(f"Kafka transaction failed: {error.str()}")
-        required = error.txn_requires_abort()
-        if required:
-            log.warning("Kafka transaction aborted (%s); redoing from the committed offsets", error)
-        # Also where not required: a producer dropped with a transaction open leaves the broker
-        # to time it out while a new session starts over.
         try:
-            self._producer.abort_transaction(timeout)
-        except KafkaException as err:
+            if error.fatal():
+                raise _Restart(f"Kafka transaction failed: {error.str()}")
+            required = error.txn_requires_abort()
             if required:
-                self._park_refused()
-                raise _Restart(f"abort_transaction failed: {err}") from err
-        self._park_refused()
-        # Redo it in a new session rather than with this producer: a new one bumps the
-        # producer epoch (init_transactions), so nothing left of the aborted transaction on
-        # the broker - after a broker restart its view and the client's can differ - can
-        # ever be completed by a later commit of the same epoch.
-        raise _Restart(f"Kafka transaction {'aborted' if required else 'failed'}: {error.str()}")
+                log.warning(
+                    "Kafka transaction aborted (%s); redoing from the committed offsets", error
+                )
+            # Also where not required: a producer dropped with a transaction open leaves the
+            # broker to time it out while a new session starts over.
+            try:
+                self._producer.abort_transaction(timeout)
+            except KafkaException as err:
+                if required:
+                    raise _Restart(f"abort_transaction failed: {err}") from err
+            # Redo it in a new session rather than with this producer: a new one bumps the
+            # producer epoch (init_transactions), so nothing left of the aborted transaction on
+            # the broker - after a broker restart its view and the client's can differ - can
+            # ever be completed by a later commit of the same epoch.
+            raise _Restart(
+                f"Kafka transaction {'aborted' if required else 'failed'}: {error.str()}"
+            )
+        finally:
+            self._park_refused()  # every way out, after the abort (if any) settled the batch
 
     def _park_refused(self) -> None:
         """Park each transaction a real topic refused a record of, so that the redone batch
