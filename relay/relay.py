@@ -13,6 +13,7 @@ assignor and have equal partition counts, so one instance owns partition p of bo
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import threading
@@ -339,35 +340,29 @@ class Relay:
             state.add_bad(bad, half=msg.topic() == self._half)
 
     def _out_of_range(self, topic: str, partition: int, error: KafkaError) -> None:
-        """Below the log start: retention removed records before they were read; go on from
-        the start (nothing else can be done) and say so. At or past the end: the broker
-        shows less than was read before (right after a restart): start over."""
+        """Start over. Below the log start, retention removed half records before they were
+        read: the new session starts at the log start (see :meth:`_rebuilt_all`); librdkafka
+        cannot seek a partition its offset reset stopped. At or past the end, the broker
+        shows less than was read before (right after a restart)."""
         assert self._consumer is not None
         state = self.states.get(partition)
         if state is None:
             return
-        if topic == self._half:
-            position = state.half_position
-        else:
-            position = state.queue[-1][0] + 1 if state.queue else state.op_position
+        position = state.half_position if topic == self._half else state.op_read_position
         low, _ = self._consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=10, cached=False
         )
-        if position < low:
-            log.error(
-                "%s[%d]: offsets %d..%d were removed by retention before the relay read them "
-                "(lengthen the retention of the internal topics); going on from %d",
-                topic,
-                partition,
-                position,
-                low - 1,
-                low,
+        if position < low and topic == self._half:
+            raise _Restart(
+                f"{topic}[{partition}]: offsets {position}..{low - 1} were removed by retention "
+                "before the relay read them; going on from the log start"
             )
-            try:
-                self._consumer.seek(TopicPartition(topic, partition, int(low)))
-            except KafkaException as err:
-                raise _Restart(f"cannot move {topic}[{partition}] to {low}: {err}") from err
-            return
+        if position < low:
+            raise _Restart(
+                f"{topic}[{partition}]: offsets {position}..{low - 1} were removed; decisions "
+                "must not be skipped, so the relay cannot go on: the op topic must have "
+                "cleanup.policy=compact alone (`outbox topics ensure` checks it)"
+            )
         raise _Restart(f"{topic}[{partition}] position {position} out of range: {error.str()}")
 
     def _flow_control(self) -> None:
@@ -727,13 +722,11 @@ class Relay:
                     self._retire(state)
         self.states.update(self._rebuilt_all({p: progress[p] for p in numbers if p not in kept}))
         for tp in partitions:
-            half_topic = tp.topic == self.names.half
-            if tp.partition in kept:  # go on reading where this instance stopped
-                state = kept[tp.partition]
-                tp.offset = state.half_position if half_topic else state.op_read_position
-            elif tp.partition in progress:
-                at = progress[tp.partition]
-                tp.offset = at.half_offset if half_topic else at.op_offset
+            # kept: where this instance stopped; rebuilt: the committed progress
+            held = self.states.get(tp.partition)
+            if held is not None:
+                half_topic = tp.topic == self.names.half
+                tp.offset = held.half_position if half_topic else held.op_read_position
         consumer.assign(partitions)
         log.info("assigned partitions %s (instance %s)", numbers, self.settings.instance_id)
 
@@ -823,9 +816,21 @@ class Relay:
         states = {}
         for p, at in progress.items():
             self._loop_at = time.monotonic()  # a long rebuild is progress, not a hang
-            _, end = self._consumer.get_watermark_offsets(
+            low, end = self._consumer.get_watermark_offsets(
                 TopicPartition(self.names.half, p), timeout=10, cached=False
             )
+            if at.half_offset < low:
+                log.error(
+                    "%s[%d]: offsets %d..%d were removed by retention before the relay read "
+                    "them (lengthen the retention of the internal topics); going on from %d, "
+                    "and a COMMIT naming them is dead-lettered",
+                    self.names.half,
+                    p,
+                    at.half_offset,
+                    low - 1,
+                    low,
+                )
+                at = dataclasses.replace(at, half_offset=int(low))
             states[p] = rebuild(
                 self._history,
                 p,

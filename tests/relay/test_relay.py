@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import NamedTuple
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -32,6 +33,17 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 
 
+class Written(NamedTuple):
+    """A transaction whose halves are on the half topic."""
+
+    txn_id: str
+    partition: int
+    key: bytes
+    count: int
+    decision: OpState
+    offsets: tuple[int, ...]
+
+
 class Stream:
     """Writes transactions straight onto the internal topics, as producers would."""
 
@@ -50,6 +62,10 @@ class Stream:
 
     def write(self, batch: list[tuple[bytes, int, OpState]]) -> None:
         """Each item: (key, message count, decision). Halves first, then ops, like producers."""
+        self.write_ops(self.write_halves(batch))
+
+    def write_halves(self, batch: list[tuple[bytes, int, OpState]]) -> list[Written]:
+        """The halves of ``batch`` only; their ops are for :meth:`write_ops`."""
         offsets: dict[str, list[int]] = defaultdict(list)
         txns = []
         for key, count, decision in batch:
@@ -75,16 +91,14 @@ class Stream:
                     on_delivery=lambda err, msg, t=txn_id: offsets[t].append(msg.offset()),
                 )
         assert self.producer.flush(30) == 0
-        for txn_id, partition, key, count, decision in txns:
-            op = OpRecord(
-                txn_id,
-                decision,
-                "g",
-                partition,
-                tuple(sorted(offsets[txn_id])),
-                DecidedBy.PRODUCER,
-                0,
-            )
+        return [
+            Written(txn_id, partition, key, count, decision, tuple(sorted(offsets[txn_id])))
+            for txn_id, partition, key, count, decision in txns
+        ]
+
+    def write_ops(self, written: list[Written]) -> None:
+        for txn_id, partition, key, count, decision, offsets in written:
+            op = OpRecord(txn_id, decision, "g", partition, offsets, DecidedBy.PRODUCER, 0)
             k, v = encode_op(op)
             self.producer.produce(self.settings.topics.op, key=k, value=v, partition=partition)
             if decision is OpState.COMMIT:
