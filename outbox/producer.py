@@ -64,8 +64,8 @@ class OutboxProducer:
         ``session`` is a Session, or a factory (``sessionmaker``) whose session is closed at the
         end. On normal exit: DB commit, then a COMMIT op. On exception: DB rollback, a ROLLBACK
         op, and the exception propagates. When the DB commit itself fails, the outcome may be
-        unknown (a lost connection during COMMIT), so no op is written and the checker resolves
-        it from the evidence row.
+        unknown (a lost connection during COMMIT), so no op is written, the session's
+        connections are closed (invalidated), and the checker resolves it from the evidence row.
 
         Raises:
             HalfSendError, InvalidMessageError, TransactionFencedError: from ``send()``.
@@ -98,6 +98,7 @@ class OutboxProducer:
         except BaseException:
             txn.state = LocalTransactionState.UNKNOWN
             log.warning("DB commit of transaction %s failed; leaving it to the checker", txn.txn_id)
+            _discard_connections(db, txn)
             raise
         txn.finish(LocalTransactionState.COMMIT)
 
@@ -165,6 +166,20 @@ def _evidence_writer(db: Session) -> Callable[[OutboxTransaction], None]:
         write_evidence(db, txn.txn_id, txn.producer.settings.producer_group)
 
     return write
+
+
+def _discard_connections(db: Session, txn: OutboxTransaction) -> None:
+    """Close the connections of a session whose COMMIT failed, whatever they still hold.
+
+    SQLite keeps the transaction open, with its write lock, when a deferred constraint fails
+    at COMMIT, and SQLAlchemy, counting the transaction as ended, returns the connection to
+    its pool without a rollback: every later writer, the check's fence included, would wait
+    for that lock, and the check would answer UNKNOWN until the transaction is given up.
+    """
+    try:
+        db.invalidate()
+    except Exception:
+        log.exception("closing the connections of transaction %s failed", txn.txn_id)
 
 
 def _rollback(db: Session, txn: OutboxTransaction) -> None:

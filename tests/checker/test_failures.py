@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Producer
+from sqlalchemy.orm import Session, sessionmaker
 
 from checker import Checker, CheckerSettings
 from outbox import LocalTransactionState, OutboxProducer, OutboxSettings
@@ -27,7 +28,7 @@ from outbox.protocol import (
 )
 from relay import Relay, RelaySettings
 from tests.checker.test_checker import SECRET, Background, wait_for
-from tests.kafka_helpers import unique
+from tests.kafka_helpers import create_topic, unique
 from tests.producer_fixtures import Topics
 from tests.relay.test_relay import read_topic
 
@@ -280,3 +281,153 @@ def test_a_storm_of_unknown_answers_trips_the_breaker_instead_of_burning_checks(
     finally:
         running.stop()
         endpoint.close()
+
+
+def test_a_half_the_checker_had_not_read_when_the_producer_answered_is_in_its_commit(
+    kafka_bootstrap: str, outbox_settings: OutboxSettings, topics: Topics
+) -> None:
+    """A lagging checker asks about a transaction having read only its first half; the
+    producer committed after its second was acknowledged, so the COMMIT must list both."""
+    prefix, half_topic = outbox_settings.topic_prefix, outbox_settings.topics.half
+    real = unique("orders")
+    raw = Producer({"bootstrap.servers": kafka_bootstrap})
+    txn_id = new_transaction_id()
+    offsets: list[int] = []
+
+    def write_half(index: int) -> None:
+        message = HalfMessage(real, f"{index}".encode(), b"k")
+        headers = encode_half_headers(
+            txn_id=txn_id,
+            producer_group="orders",
+            message=message,
+            index=index,
+            count=None,  # sent one by one: the op's list is the count
+            created_at_ms=0,
+        )
+        raw.produce(
+            half_topic,
+            key=txn_id.encode(),
+            value=message.value,
+            headers=headers,
+            partition=0,
+            on_delivery=lambda err, msg: offsets.append(msg.offset()),
+        )
+        assert raw.flush(10) == 0
+
+    def answer(asked: str) -> LocalTransactionState:
+        if len(offsets) == 1:
+            write_half(1)  # acknowledged before the local commit the answer reports
+        return LocalTransactionState.COMMIT
+
+    endpoint = OutboxProducer(outbox_settings)
+    endpoint.serve_checks(resolver=FunctionResolver(answer), secret=SECRET)
+    write_half(0)
+    services = [
+        Background(Checker(checker_settings(kafka_bootstrap, prefix))),
+        Background(
+            Relay(
+                RelaySettings(
+                    bootstrap_servers=kafka_bootstrap,
+                    topic_prefix=prefix,
+                    group_id=unique("relay"),
+                    auto_create_topics=True,
+                )
+            )
+        ),
+    ]
+    try:
+        wait_for(lambda: any(o.txn_id == txn_id for o in topics.ops()), timeout=30)
+        [op] = topics.ops()
+        assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+        assert op.half_offsets == tuple(offsets) and len(offsets) == 2
+        wait_for(lambda: len(read_topic(kafka_bootstrap, real)) >= 2, timeout=30)
+        time.sleep(1)
+        assert sorted(m.value() for m in read_topic(kafka_bootstrap, real)) == [b"0", b"1"]
+    finally:
+        for service in services:
+            service.stop()
+        endpoint.close()
+
+
+class _LostAck(RuntimeError):
+    """The connection dropped after the database committed: the caller sees a failure."""
+
+
+@pytest.mark.parametrize("outcome", ["refused-at-commit", "committed-unacknowledged"])
+def test_a_db_commit_that_raises_leaves_the_outcome_to_the_checker_which_finds_the_truth(
+    kafka_bootstrap: str,
+    db_url: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    topics: Topics,
+    outcome: str,
+) -> None:
+    """Whether a failed COMMIT committed is unknown to the producer; the evidence row knows."""
+    # A child row whose foreign key is checked at COMMIT (deferred) makes the database refuse it
+    metadata = sa.MetaData()
+    parent = sa.Table(unique("parent"), metadata, sa.Column("id", sa.Integer, primary_key=True))
+    child = sa.Table(
+        unique("child"),
+        metadata,
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column(
+            "parent_id",
+            sa.ForeignKey(parent.c.id, deferrable=True, initially="DEFERRED"),
+            nullable=False,
+        ),
+    )
+    strict = sa.create_engine(db_url)
+    if strict.dialect.name == "sqlite":
+        sa.event.listen(strict, "connect", lambda conn, _: conn.execute("PRAGMA foreign_keys=ON"))
+    metadata.create_all(strict)
+    sessions = sessionmaker(strict)
+    if outcome == "committed-unacknowledged":
+
+        def lose_the_ack(session: Session) -> None:
+            raise _LostAck("connection lost after COMMIT")
+
+        sa.event.listen(sessions, "after_commit", lose_the_ack)
+    producer.serve_checks(engine=engine, secret=SECRET)
+    real = unique("orders")
+    create_topic(kafka_bootstrap, real)
+    expected_error = sa.exc.IntegrityError if outcome == "refused-at-commit" else _LostAck
+    with pytest.raises(expected_error), producer.transaction(sessions) as txn:
+        txn.session.execute(child.insert().values(id=1, parent_id=1))
+        if outcome == "committed-unacknowledged":
+            txn.session.execute(parent.insert().values(id=1))
+        txn.send(real, b"order", key=b"k")
+    # The producer wrote no op: it cannot know; the checker asks and the evidence row answers
+    assert not topics.ops()
+    services = [
+        Background(Checker(checker_settings(kafka_bootstrap, outbox_settings.topic_prefix))),
+        Background(
+            Relay(
+                RelaySettings(
+                    bootstrap_servers=kafka_bootstrap,
+                    topic_prefix=outbox_settings.topic_prefix,
+                    group_id=unique("relay"),
+                    auto_create_topics=True,
+                )
+            )
+        ),
+    ]
+    try:
+        wait_for(lambda: any(o.txn_id == txn.txn_id for o in topics.ops()), timeout=60)
+        [op] = topics.ops()
+        if outcome == "refused-at-commit":
+            assert (op.state, op.decided_by) == (OpState.ROLLBACK, DecidedBy.CHECKER)
+            time.sleep(2)
+            assert read_topic(kafka_bootstrap, real) == []
+        else:
+            assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+            wait_for(lambda: len(read_topic(kafka_bootstrap, real)) >= 1)
+            time.sleep(1)
+            assert [m.value() for m in read_topic(kafka_bootstrap, real)] == [b"order"]
+        with strict.connect() as conn:
+            children = conn.execute(sa.select(sa.func.count()).select_from(child)).scalar()
+        assert children == (1 if outcome == "committed-unacknowledged" else 0)
+    finally:
+        for service in services:
+            service.stop()
+        strict.dispose()
