@@ -10,6 +10,7 @@ op, and its messages with the reason on the dead-letter topic.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -22,6 +23,7 @@ from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
     IsolationLevel,
+    KafkaError,
     KafkaException,
     Message,
     Producer,
@@ -37,7 +39,7 @@ from checker.tracker import Pending, Tracker
 from outbox.errors import ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.protocol.dead_letter import dead_letter_headers
-from outbox.protocol.half import decode_half
+from outbox.protocol.half import HalfRecord, decode_half
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
 
@@ -54,6 +56,7 @@ class CheckerStats:
     given_up: int = 0
     unreachable: int = 0
     breaker_trips: int = 0
+    write_failures: int = 0
 
 
 class Checker:
@@ -371,6 +374,7 @@ class Checker:
                 value=record.message.value,
                 headers=headers,
                 partition=entry.partition,
+                on_delivery=functools.partial(self._dead_letter_delivered, entry.txn_id, record),
             )
         self._decide(entry, OpState.GIVEN_UP, reason)
 
@@ -387,7 +391,51 @@ class Checker:
             reason=reason,
         )
         key, value = encode_op(op)
-        self._producer.produce(self.names.op, key=key, value=value, partition=entry.partition)
+        self._producer.produce(
+            self.names.op,
+            key=key,
+            value=value,
+            partition=entry.partition,
+            on_delivery=functools.partial(self._op_delivered, entry, state),
+        )
         self._producer.poll(0)
         self._written[entry.txn_id] = state
         self.tracker.decide(entry.txn_id, state)
+
+    def _op_delivered(
+        self, entry: Pending, state: OpState, err: KafkaError | None, msg: Message
+    ) -> None:
+        """A decision the op topic did not take (the broker down past ``message.timeout.ms``,
+        the record refused) is no decision: the transaction is checked again, as if never
+        decided, after the check interval. Served on the loop's thread (poll and flush)."""
+        if err is None:
+            return
+        self.stats.write_failures += 1
+        log.error(
+            "the %s op of transaction %s was not written (%s); checking it again in %.0f s",
+            state.value,
+            entry.txn_id,
+            err.str(),
+            self.settings.check_interval_s,
+        )
+        if self._written.get(entry.txn_id) is state:
+            del self._written[entry.txn_id]
+        now_ms = int(time.time() * 1000)
+        self.tracker.undecide(entry, due_ms=now_ms + int(self.settings.check_interval_s * 1000))
+
+    def _dead_letter_delivered(
+        self, txn_id: str, record: HalfRecord, err: KafkaError | None, msg: Message
+    ) -> None:
+        if err is None:
+            return
+        self.stats.write_failures += 1
+        log.error(
+            "the dead-letter copy of message %d of given-up transaction %s was not written "
+            "(%s); the record is still at %s[%d] offset %d while its retention lasts",
+            record.index,
+            txn_id,
+            err.str(),
+            self.names.half,
+            record.partition,
+            record.original_offset,
+        )

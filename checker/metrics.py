@@ -23,6 +23,7 @@ HELP = {
     "given_up": "Transactions given up (GIVEN_UP op + dead letters). Alert on any.",
     "unreachable": "Checks that found no producer instance answering.",
     "breaker_trips": "Times a producer group's circuit breaker opened.",
+    "write_failures": "Ops and dead letters the broker did not take (ops are checked again).",
 }
 
 

@@ -81,6 +81,14 @@ class Tracker:
             self.conflicts += 1
         return self.pending.pop(txn_id, None)
 
+    def undecide(self, entry: Pending, due_ms: int) -> None:
+        """This checker's decision was not written: undecided again, due at ``due_ms``, its
+        checks kept (a GIVEN_UP one is given up again at its next UNKNOWN)."""
+        if self.decided.get(entry.txn_id) is not None:
+            del self.decided[entry.txn_id]
+        entry.due_ms = due_ms
+        self.pending.setdefault(entry.txn_id, entry)
+
     def due(self, now_ms: int) -> list[Pending]:
         return sorted(
             (p for p in self.pending.values() if p.due_ms <= now_ms), key=lambda p: p.due_ms

@@ -6,7 +6,14 @@ import time
 import uuid
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
 
 def unique(prefix: str) -> str:
@@ -21,6 +28,14 @@ def create_topic(
         [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
     )
     futures[name].result(30)
+
+
+def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
+    """Change one setting of an existing topic (the others are kept)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result(30)
 
 
 _SETTLING = {

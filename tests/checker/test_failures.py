@@ -28,7 +28,7 @@ from outbox.protocol import (
 )
 from relay import Relay, RelaySettings
 from tests.checker.test_checker import SECRET, Background, wait_for
-from tests.kafka_helpers import create_topic, unique
+from tests.kafka_helpers import create_topic, set_topic_config, unique
 from tests.producer_fixtures import Topics
 from tests.relay.test_relay import read_topic
 
@@ -431,3 +431,38 @@ def test_a_db_commit_that_raises_leaves_the_outcome_to_the_checker_which_finds_t
         for service in services:
             service.stop()
         strict.dispose()
+
+
+def test_a_decision_the_op_topic_refuses_is_checked_again_and_written_once_it_is_taken(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    session_factory: Any,
+    topics: Topics,
+) -> None:
+    """An op the broker never took is no decision: before, the checker counted the transaction
+    decided and never asked again while it ran, and the relay held its halves forever."""
+    op_topic = outbox_settings.topics.op
+    set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "64")  # no op fits
+    producer.serve_checks(engine=engine, secret=SECRET)
+    producer.kafka.send_op = lambda op: False  # type: ignore[method-assign]
+    with producer.transaction(session_factory) as txn:
+        txn.send("orders", b"decided-when-written", key=b"a")
+    checker = Checker(checker_settings(kafka_bootstrap, outbox_settings.topic_prefix))
+    running = Background(checker)
+    try:
+        # Given the checker's COMMIT refused by the op topic: it is pending again, and says so
+        wait_for(lambda: checker.stats.write_failures >= 1, timeout=30)
+        assert not topics.ops()
+        wait_for(lambda: txn.txn_id in checker.tracker.pending, timeout=10)
+        # When the op topic takes records again, the transaction is checked again and decided
+        set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "1048588")
+        wait_for(lambda: any(o.txn_id == txn.txn_id for o in topics.ops()), timeout=30)
+        time.sleep(2)
+        [op] = topics.ops()
+        assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+        assert checker.stats.resolved_commit >= 2
+        assert txn.txn_id not in checker.tracker.pending
+    finally:
+        running.stop()

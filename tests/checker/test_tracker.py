@@ -36,6 +36,22 @@ def test_first_check_is_due_a_timeout_after_the_broker_timestamp() -> None:
     assert [p.txn_id for p in tracker.due(7_000)] == [TXN]
 
 
+def test_a_decision_not_written_is_undecided_again_due_later_with_its_checks_and_records() -> None:
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+    tracker.add_half(half(0, broker_ms=1_000))
+    [entry] = tracker.due(7_000)
+    tracker.unknown(entry, 7_000)
+    assert tracker.decide(TXN, OpState.COMMIT) is entry
+    tracker.undecide(entry, due_ms=40_000)
+    assert tracker.pending == {TXN: entry} and TXN not in tracker.decided
+    assert tracker.due(39_999) == [] and tracker.due(40_000) == [entry]
+    assert entry.checks == 1 and list(entry.records) == [0]
+    # and a later op for it is a first decision again, not a duplicate
+    tracker.add_half(half(1, broker_ms=2_000))
+    assert tracker.decide(TXN, OpState.COMMIT) is entry and tracker.duplicates == 0
+    assert list(entry.records) == [0, 1]
+
+
 def test_check_immunity_delays_the_first_check() -> None:
     tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
     tracker.add_half(half(0, broker_ms=0, immunity_s=60))

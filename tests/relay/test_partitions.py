@@ -6,17 +6,10 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import (
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
 
 from outbox.protocol import OpState
 from relay import RelaySettings
-from tests.kafka_helpers import create_topic, unique
+from tests.kafka_helpers import create_topic, set_topic_config, unique
 from tests.relay.harness import wait_for
 from tests.relay.test_relay import RelayThread, Stream, delivered, expected, read_topic
 
@@ -145,12 +138,7 @@ def test_a_commit_its_real_topic_refuses_is_parked_while_others_go_on_and_retrie
         assert read_topic(kafka_bootstrap, tight) == []
         # When the topic takes it, the next retry promotes it, once; the others stay once
         others = delivered(kafka_bootstrap, stream)
-        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-        entry = ConfigEntry(
-            "max.message.bytes", "1000000", incremental_operation=AlterConfigOpType.SET
-        )
-        resource = ConfigResource(ResourceType.TOPIC, tight, incremental_configs=[entry])
-        admin.incremental_alter_configs([resource])[resource].result(30)
+        set_topic_config(kafka_bootstrap, tight, "max.message.bytes", "1000000")
         stream.real_topic, stream.committed = tight, {refused: 1}
         wait_for(lambda: set(delivered(kafka_bootstrap, stream)) == {(refused, 0)}, 60, "it")
         time.sleep(1)
