@@ -25,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
+from outbox.protocol.dead_letter import DeadLetterHeader
 from outbox.protocol.half import HalfRecord, copy_headers, decode_half
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.service_http import ServiceEndpoint
@@ -126,6 +127,9 @@ class Relay:
         #: (half partitions, op partitions) of the last assignment, as the group gave them.
         self.assigned: tuple[frozenset[int], frozenset[int]] = (frozenset(), frozenset())
         self._failures: list[tuple[str | None, str]] = []
+        #: Dead letters refused for what they carry, by source (topic, partition, offset):
+        #: written again without the original key, value and headers.
+        self._letters_refused: dict[tuple[str, int, int], str] = {}
         self._loop_at = time.monotonic()
         self._ready = (False, "starting")
         self._http: ServiceEndpoint | None = None
@@ -484,7 +488,11 @@ class Relay:
                     "transaction %s: its real topic refused a write (%s); parked", txn_id, why
                 )
             else:  # a dead letter or a put-back copy: nothing to park, the batch is redone
-                log.error("a write to an internal topic was refused (%s); redoing the batch", why)
+                log.error(
+                    "a write to an internal topic was refused (%s); redoing the batch (a "
+                    "refused dead letter without the original record)",
+                    why,
+                )
         self._failures = []
 
     def _take(self, partition: int, state: PartitionState) -> Batch:
@@ -628,19 +636,30 @@ class Relay:
         headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
         self.dead_lettered += 1
-        self._produce(
-            dead_letter(
-                self.names.dead_letter,
-                reason=reason,
-                source_topic=topic,
-                source_partition=partition,
-                source_offset=offset,
-                key=key,
-                value=value,
-                headers=headers,
-            ),
-            self._dead_letter_delivered,
+        source = (topic, partition, offset)
+        refused = self._letters_refused.pop(source, None)
+        if refused is not None:
+            omitted = (
+                f"the dead-letter topic refused the original key, value and headers ({refused});"
+                f" read them at {topic}[{partition}] offset {offset} while its retention lasts"
+            )
+            key, value, headers = None, None, [(DeadLetterHeader.OMITTED.value, omitted)]
+        letter = dead_letter(
+            self.names.dead_letter,
+            reason=reason,
+            source_topic=topic,
+            source_partition=partition,
+            source_offset=offset,
+            key=key,
+            value=value,
+            headers=headers,
         )
+        try:
+            self._produce(letter, functools.partial(self._dead_letter_delivered, source))
+        except KafkaException as err:
+            if refuses_the_record(err.args[0]):
+                self._letters_refused[source] = err.args[0].str()
+            raise
 
     def _produce(
         self,
@@ -676,7 +695,12 @@ class Relay:
         if err is not None and refuses_the_record(err):
             self._failures.append((txn_id, f"{msg.topic()}: {err.str()}"))
 
-    def _dead_letter_delivered(self, err: KafkaError | None, msg: Message) -> None:
+    def _dead_letter_delivered(
+        self, source: tuple[str, int, int], err: KafkaError | None, msg: Message
+    ) -> None:
+        """A refused dead letter is redone (its batch aborts) without the original record."""
+        if err is not None and refuses_the_record(err):
+            self._letters_refused[source] = err.str()
         self._delivered(None, err, msg)
 
     def _copied(self, err: KafkaError | None, msg: Message) -> None:

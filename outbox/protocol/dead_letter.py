@@ -24,6 +24,9 @@ class DeadLetterHeader(StrEnum):
     SOURCE_OFFSET = "outbox-dl-source-offset"
     #: Only on a resume marker: when (Unix ms) the transaction was put back to be checked.
     RESUMED_AT = "outbox-dl-resumed"
+    #: Only when the dead-letter topic refused the original record (too large for it): why its
+    #: key, value and headers are not here; they are at the source offset.
+    OMITTED = "outbox-dl-omitted"
 
 
 def dead_letter_headers(

@@ -27,7 +27,7 @@ from outbox.protocol import (
 )
 from outbox.protocol.dead_letter import DeadLetterHeader
 from relay import Relay, RelaySettings
-from tests.kafka_helpers import create_topic, unique, watermarks
+from tests.kafka_helpers import create_topic, set_topic_config, unique, watermarks
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 3
@@ -265,6 +265,35 @@ def test_bad_records_go_to_the_dead_letter_topic_with_their_reason_and_the_relay
     assert any("past the end" in r for r in reasons)
     # each keeps where it came from
     assert all(dict(m.headers())[DeadLetterHeader.SOURCE_TOPIC] for m in letters)
+
+
+def test_a_dead_letter_its_topic_refuses_goes_without_the_original_and_the_relay_goes_on(
+    kafka_bootstrap: str, stream: Stream, relay: RelayThread
+) -> None:
+    """Before, the refused dead letter failed its batch forever, and every partition of the
+    instance waited with it."""
+    topics = stream.settings.topics
+    set_topic_config(kafka_bootstrap, topics.dead_letter, "max.message.bytes", "2048")
+    # Given a bad record too large for the dead-letter topic, and good ones after it
+    stream.producer.produce(
+        topics.half, value=b"x" * 8000, headers=[("outbox-schema-version", b"99")], partition=0
+    )
+    stream.producer.flush(30)
+    stream.write([(b"after", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
+    # Then the good ones are delivered once
+    wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
+    wait_for(lambda: len(read_topic(kafka_bootstrap, topics.dead_letter)) >= 1)
+    time.sleep(1)
+    assert set(delivered(kafka_bootstrap, stream).values()) == {1}
+    # and the dead letter says why and where the original is, without it
+    [letter] = read_topic(kafka_bootstrap, topics.dead_letter)
+    headers = dict(letter.headers())
+    assert letter.value() is None and letter.key() is None
+    assert b"schema version b'99'" in headers[DeadLetterHeader.REASON]
+    assert b"Message size too large" in headers[DeadLetterHeader.OMITTED]
+    assert headers[DeadLetterHeader.SOURCE_TOPIC] == topics.half.encode()
+    assert headers[DeadLetterHeader.SOURCE_OFFSET] == b"0"
+    assert relay.relay.stats()["aborts"] >= 1
 
 
 def test_an_idle_partition_does_not_pin_its_committed_offset_behind_an_undecided_half(
