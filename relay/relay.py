@@ -130,6 +130,9 @@ class Relay:
         #: Dead letters refused for what they carry, by source (topic, partition, offset):
         #: written again without the original key, value and headers.
         self._letters_refused: dict[tuple[str, int, int], str] = {}
+        #: Transactions whose put-back copies the half topic refused (too large once the
+        #: origin header is added): never put back; they stay pending where they are.
+        self._unmovable: set[str] = set()
         self._loop_at = time.monotonic()
         self._ready = (False, "starting")
         self._http: ServiceEndpoint | None = None
@@ -503,6 +506,7 @@ class Relay:
                 log_end=self._log_end(partition),
                 verified_end=self._verified_end(partition, state),
                 promotable=self._promotable,
+                unmovable=self._unmovable,
             )
             if isinstance(result, Batch):
                 return result
@@ -592,17 +596,22 @@ class Relay:
             for record in action.records:
                 self._produce(promoted(record), on_delivery, action.op.txn_id)
         elif isinstance(action, PutBack):
+            txn_id = action.records[0].txn_id
+            on_copied = functools.partial(self._copied, txn_id)
             for record in action.records:
-                self._produce(
-                    Outgoing(
-                        self.names.half,
-                        record.txn_id.encode(),
-                        record.message.value,
-                        list(copy_headers(record)),
-                        partition=partition,
-                    ),
-                    self._copied,
+                copy = Outgoing(
+                    self.names.half,
+                    record.txn_id.encode(),
+                    record.message.value,
+                    list(copy_headers(record)),
+                    partition=partition,
                 )
+                try:
+                    self._produce(copy, on_copied)
+                except KafkaException as err:
+                    if refuses_the_record(err.args[0]):
+                        self._stays(txn_id, err.args[0])
+                    raise
         elif isinstance(action, Reject):
             self._reject(action)
         elif isinstance(action, BadRecord):
@@ -703,14 +712,28 @@ class Relay:
             self._letters_refused[source] = err.str()
         self._delivered(None, err, msg)
 
-    def _copied(self, err: KafkaError | None, msg: Message) -> None:
+    def _copied(self, txn_id: str, err: KafkaError | None, msg: Message) -> None:
         """A put-back copy's report: past its offset is where the half partition ends."""
         if err is not None:
+            if refuses_the_record(err):
+                self._stays(txn_id, err)
             self._delivered(None, err, msg)
             return
         p, end = int(msg.partition() or 0), int(msg.offset() or 0) + 1
         if end > self._copies_end.get(p, 0):
             self._copies_end[p] = end
+
+    def _stays(self, txn_id: str, err: KafkaError) -> None:
+        if txn_id not in self._unmovable:
+            log.error(
+                "transaction %s: the half topic refused its put-back copy (%s); it stays "
+                "pending where it is, and the committed half offset waits for its decision",
+                txn_id,
+                err.str(),
+            )
+        if len(self._unmovable) > 100_000:
+            self._unmovable.clear()
+        self._unmovable.add(txn_id)
 
     # -- partitions ------------------------------------------------------------------------
 

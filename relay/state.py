@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
 from outbox.protocol.half import HalfRecord
@@ -255,6 +255,7 @@ class PartitionState:
         verified_end: int | None = None,
         promotable: Promotable = _always,
         max_put_back: int = 1000,
+        unmovable: Container[str] = frozenset(),
     ) -> Batch | Need:
         """Everything that can be done now, or the records needed before going on.
 
@@ -262,14 +263,15 @@ class PartitionState:
         far is kept. ``log_end`` is the half partition's end offset as last seen;
         ``verified_end`` is one just read from the broker, when the relay had reason to ask: an
         op naming records at or past it can never be carried out (producers write their half
-        records before their op).
+        records before their op). Transactions in ``unmovable`` are never put back (their
+        copies were refused): they stay pending where they are.
         """
         self._log_end = max(log_end, self.half_position)
         need = self._handle_ops(verified_end, promotable)
         if need is None:
             need = self._retry_parked(promotable)
         if need is None:
-            need = self._put_back(now_ms - put_back_after_ms, max_put_back)
+            need = self._put_back(now_ms - put_back_after_ms, max_put_back, unmovable)
         if need is not None:
             return need
         actions, self.out = self.out, []
@@ -454,7 +456,7 @@ class PartitionState:
 
     # -- put-back and memory -----------------------------------------------------------------
 
-    def _put_back(self, older_than_ms: int, limit: int) -> Need | None:
+    def _put_back(self, older_than_ms: int, limit: int, unmovable: Container[str]) -> Need | None:
         """Re-append pending transactions whose oldest record is older than the threshold.
 
         Entries are visited in the order they were read, which is (nearly) offset order, and
@@ -464,7 +466,8 @@ class PartitionState:
         for entry in self.pending.values():  # no copy of the whole dict: only what is due
             if len(due) >= limit or entry.first_ts_ms > older_than_ms:
                 break
-            due.append(entry)
+            if entry.txn_id not in unmovable:
+                due.append(entry)
         for entry in due:
             if entry.evicted:
                 if entry.txn_id not in self.fetched:

@@ -27,7 +27,7 @@ from outbox.protocol import (
 from outbox.protocol.half import decode_half
 from outbox.testing.ports import free_port
 from relay import RelaySettings
-from tests.kafka_helpers import create_topic, unique
+from tests.kafka_helpers import create_topic, set_topic_config, unique
 from tests.relay.harness import RelayProcess, wait_for
 from tests.relay.test_relay import RelayThread, read_topic
 
@@ -50,12 +50,15 @@ class Halves:
 
     def write(self, count: int, value_size: int = 100) -> list[str]:
         txns = [new_transaction_id() for _ in range(count)]
+        errors: list[object] = []
         for txn in txns:
             key = txn.encode()
             partition = partition_for(key, PARTITIONS)
             message = HalfMessage(self.real_topic, txn.encode().ljust(value_size, b"."), key)
 
             def delivered(err: object, msg: object, t: str = txn) -> None:
+                if err is not None:
+                    errors.append(err)
                 self.where[t] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
 
             while True:
@@ -79,6 +82,7 @@ class Halves:
                 except BufferError:
                     self.producer.poll(0.1)
         assert self.producer.flush(60) == 0
+        assert not errors, errors[:3]
         return txns
 
     def commit(self, txns: list[str]) -> None:
@@ -170,6 +174,48 @@ def test_a_long_pending_half_is_put_back_and_still_promoted_once_its_commit_arri
         time.sleep(3)  # time for another put-back round: it must not promote again
         seen = promoted(kafka_bootstrap, halves.real_topic)
         assert seen[pending] == 1 and all(seen[t] == 1 for t in later)
+    finally:
+        relay.stop()
+
+
+def test_a_pending_half_whose_put_back_copy_is_refused_stays_in_place_and_others_go_on(
+    kafka_bootstrap: str,
+) -> None:
+    """Before, the refused copy failed its batch forever, and every partition of the instance
+    waited with it."""
+    halves = Halves(kafka_bootstrap, unique("__outbox-stays"))
+    half_topic = halves.settings.topics.half
+    group = unique("relay")
+    # Given an undecided transaction the half topic took, then would not take a copy of
+    [big] = halves.write(1, value_size=150_000)
+    partition, original = halves.where[big]
+    set_topic_config(kafka_bootstrap, half_topic, "max.message.bytes", "100000")
+    relay = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap,
+            topic_prefix=halves.settings.topic_prefix,
+            group_id=group,
+            put_back_after_s=1,
+        )
+    )
+    try:
+        wait_for(lambda: big in relay.relay._unmovable, 30, "the refused put-back")
+        # When others are committed after it, on every partition
+        later = halves.write(60)
+        halves.commit(later)
+        # Then they are delivered, while it stays pending where it was, with no copy
+        wait_for(
+            lambda: set(promoted(kafka_bootstrap, halves.real_topic)) >= set(later), 60, "others"
+        )
+        assert not any(c.txn_id == big for c in copies(kafka_bootstrap, half_topic, partition))
+        assert committed_half_offset(kafka_bootstrap, group, half_topic, partition) == original
+        assert relay.relay.stats()["pending"] == 1
+        # And its COMMIT still promotes it, once
+        halves.commit([big])
+        wait_for(lambda: big in promoted(kafka_bootstrap, halves.real_topic), 60, "promotion")
+        time.sleep(2)
+        seen = promoted(kafka_bootstrap, halves.real_topic)
+        assert set(seen.values()) == {1} and set(seen) == {big, *later}
     finally:
         relay.stop()
 

@@ -225,6 +225,22 @@ def test_a_long_pending_transaction_is_put_back_and_promoted_from_its_copy() -> 
     assert isinstance(promote, Promote) and promote.records[0].offset == 2
 
 
+def test_an_unmovable_transaction_is_never_put_back_and_the_ones_after_it_still_are() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0, ts=1_000))
+    state.add_half(half(1, 1, ts=1_000))
+    # When txn 0's copy was refused and both stay undecided past the put-back threshold
+    batch = state.take(1_000 + HOUR_MS, put_back_after_ms=HOUR_MS, unmovable={TXN[0]})
+    # Then only txn 1 is put back, and the committed half offset waits at txn 0
+    assert isinstance(batch, Batch) and kinds(batch) == [PutBack]
+    assert batch.actions[0].records[0].txn_id == TXN[1]  # type: ignore[union-attr]
+    assert batch.half_offset == 0
+    # and txn 0's COMMIT promotes it from where it is
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    [promote] = take(state, now=1_000 + HOUR_MS).actions
+    assert isinstance(promote, Promote) and promote.records[0].offset == 0
+
+
 def test_values_over_the_memory_cap_are_dropped_and_fetched_when_committed() -> None:
     state = PartitionState(0, max_held_records=2)
     for i in range(4):
