@@ -359,16 +359,13 @@ class Relay:
         low, _ = self._consumer.get_watermark_offsets(
             TopicPartition(topic, partition), timeout=10, cached=False
         )
+        removed = f"{topic}[{partition}]: offsets {position}..{low - 1} were removed"
         if position < low and topic == self._half:
-            raise _Restart(
-                f"{topic}[{partition}]: offsets {position}..{low - 1} were removed by retention "
-                "before the relay read them; going on from the log start"
-            )
+            raise _Restart(f"{removed} by retention before the relay read them; going on at {low}")
         if position < low:
             raise _Restart(
-                f"{topic}[{partition}]: offsets {position}..{low - 1} were removed; decisions "
-                "must not be skipped, so the relay cannot go on: the op topic must have "
-                "cleanup.policy=compact alone (`outbox topics ensure` checks it)"
+                f"{removed}; decisions must not be skipped, so the relay cannot go on: the op "
+                "topic must have cleanup.policy=compact alone (`outbox topics ensure` checks it)"
             )
         raise _Restart(f"{topic}[{partition}] position {position} out of range: {error.str()}")
 
@@ -493,7 +490,8 @@ class Relay:
             else:  # a dead letter or a put-back copy: nothing to park, the batch is redone
                 log.error(
                     "a write to an internal topic was refused (%s); redoing the batch (a "
-                    "refused dead letter without the original record)",
+                    "refused dead letter goes without the original record, a refused put-back "
+                    "not at all)",
                     why,
                 )
         self._failures = []

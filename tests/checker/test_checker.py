@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -49,26 +50,31 @@ class Background:
         self.thread.join(30)
 
 
-@pytest.fixture
-def services(kafka_bootstrap: str, outbox_settings: OutboxSettings) -> Iterator[Checker]:
-    prefix = outbox_settings.topic_prefix
-    checker = Checker(
-        CheckerSettings(
-            bootstrap_servers=kafka_bootstrap,
-            secret=SECRET,
-            topic_prefix=prefix,
-            group_id=unique("checker"),
-            transaction_timeout_s=1,
-            check_interval_s=1,
-            check_max=3,
-        )
-    )
+def checker_settings(bootstrap: str, prefix: str, **overrides: Any) -> CheckerSettings:
+    """A checker in a group of its own, checking after 1 s, every 1 s, at most 3 times."""
+    values: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "secret": SECRET,
+        "topic_prefix": prefix,
+        "group_id": unique("checker"),
+        "transaction_timeout_s": 1,
+        "check_interval_s": 1,
+        "check_max": 3,
+    }
+    return CheckerSettings(**(values | overrides))
+
+
+@contextmanager
+def checker_and_relay(bootstrap: str, prefix: str) -> Iterator[Checker]:
+    """A checker (:func:`checker_settings`) and a relay creating real topics, until the block
+    ends."""
+    checker = Checker(checker_settings(bootstrap, prefix))
     running = [
         Background(checker),
         Background(
             Relay(
                 RelaySettings(
-                    bootstrap_servers=kafka_bootstrap,
+                    bootstrap_servers=bootstrap,
                     topic_prefix=prefix,
                     group_id=unique("relay"),
                     auto_create_topics=True,
@@ -76,9 +82,17 @@ def services(kafka_bootstrap: str, outbox_settings: OutboxSettings) -> Iterator[
             )
         ),
     ]
-    yield checker
-    for service in running:
-        service.stop()
+    try:
+        yield checker
+    finally:
+        for service in running:
+            service.stop()
+
+
+@pytest.fixture
+def services(kafka_bootstrap: str, outbox_settings: OutboxSettings) -> Iterator[Checker]:
+    with checker_and_relay(kafka_bootstrap, outbox_settings.topic_prefix) as checker:
+        yield checker
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60) -> None:

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from confluent_kafka import Producer
 from sqlalchemy.orm import Session, sessionmaker
 
-from checker import Checker, CheckerSettings
+from checker import Checker
 from outbox import LocalTransactionState, OutboxProducer, OutboxSettings
 from outbox.checks.resolver import FunctionResolver
 from outbox.protocol import (
@@ -26,27 +26,19 @@ from outbox.protocol import (
     encode_half_headers,
     new_transaction_id,
 )
-from relay import Relay, RelaySettings
-from tests.checker.test_checker import SECRET, Background, wait_for
+from tests.checker.test_checker import (
+    SECRET,
+    Background,
+    checker_and_relay,
+    checker_settings,
+    wait_for,
+)
 from tests.kafka_helpers import create_topic, set_topic_config, unique
 from tests.producer_fixtures import Topics
 from tests.relay.test_relay import read_topic
 
 pytestmark = pytest.mark.integration
 CHILD = Path(__file__).with_name("crashing_producer.py")
-
-
-def checker_settings(bootstrap: str, prefix: str, **overrides: Any) -> CheckerSettings:
-    values: dict[str, Any] = {
-        "bootstrap_servers": bootstrap,
-        "secret": SECRET,
-        "topic_prefix": prefix,
-        "group_id": unique("checker"),
-        "transaction_timeout_s": 1,
-        "check_interval_s": 1,
-        "check_max": 3,
-    }
-    return CheckerSettings(**(values | overrides))
 
 
 def run_child_until_killed(args: list[str]) -> str:
@@ -78,20 +70,7 @@ def test_producer_killed_around_its_commit_is_resolved_by_the_checker(
     # Another live instance of the same service answers checks from the same database
     producer.serve_checks(engine=engine, secret=SECRET)
     txn_id = run_child_until_killed([kafka_bootstrap, prefix, db_url, topic, moment])
-    services = [
-        Background(Checker(checker_settings(kafka_bootstrap, prefix))),
-        Background(
-            Relay(
-                RelaySettings(
-                    bootstrap_servers=kafka_bootstrap,
-                    topic_prefix=prefix,
-                    group_id=unique("relay"),
-                    auto_create_topics=True,
-                )
-            )
-        ),
-    ]
-    try:
+    with checker_and_relay(kafka_bootstrap, prefix):
         wait_for(lambda: any(o.txn_id == txn_id for o in topics.ops()), timeout=60)
         [op] = [o for o in topics.ops() if o.txn_id == txn_id]
         if moment == "after-commit":
@@ -102,9 +81,6 @@ def test_producer_killed_around_its_commit_is_resolved_by_the_checker(
         time.sleep(2)
         values = [m.value().decode() for m in read_topic(kafka_bootstrap, topic)]
         assert values == ([f"{moment}-{txn_id}"] if moment == "after-commit" else [])
-    finally:
-        for service in services:
-            service.stop()
 
 
 @pytest.mark.parametrize("skew_s", [-300, 300])
@@ -322,30 +298,16 @@ def test_a_half_the_checker_had_not_read_when_the_producer_answered_is_in_its_co
     endpoint = OutboxProducer(outbox_settings)
     endpoint.serve_checks(resolver=FunctionResolver(answer), secret=SECRET)
     write_half(0)
-    services = [
-        Background(Checker(checker_settings(kafka_bootstrap, prefix))),
-        Background(
-            Relay(
-                RelaySettings(
-                    bootstrap_servers=kafka_bootstrap,
-                    topic_prefix=prefix,
-                    group_id=unique("relay"),
-                    auto_create_topics=True,
-                )
-            )
-        ),
-    ]
     try:
-        wait_for(lambda: any(o.txn_id == txn_id for o in topics.ops()), timeout=30)
-        [op] = topics.ops()
-        assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
-        assert op.half_offsets == tuple(offsets) and len(offsets) == 2
-        wait_for(lambda: len(read_topic(kafka_bootstrap, real)) >= 2, timeout=30)
-        time.sleep(1)
-        assert sorted(m.value() for m in read_topic(kafka_bootstrap, real)) == [b"0", b"1"]
+        with checker_and_relay(kafka_bootstrap, prefix):
+            wait_for(lambda: any(o.txn_id == txn_id for o in topics.ops()), timeout=30)
+            [op] = topics.ops()
+            assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+            assert op.half_offsets == tuple(offsets) and len(offsets) == 2
+            wait_for(lambda: len(read_topic(kafka_bootstrap, real)) >= 2, timeout=30)
+            time.sleep(1)
+            assert sorted(m.value() for m in read_topic(kafka_bootstrap, real)) == [b"0", b"1"]
     finally:
-        for service in services:
-            service.stop()
         endpoint.close()
 
 
@@ -399,37 +361,23 @@ def test_a_db_commit_that_raises_leaves_the_outcome_to_the_checker_which_finds_t
         txn.send(real, b"order", key=b"k")
     # The producer wrote no op: it cannot know; the checker asks and the evidence row answers
     assert not topics.ops()
-    services = [
-        Background(Checker(checker_settings(kafka_bootstrap, outbox_settings.topic_prefix))),
-        Background(
-            Relay(
-                RelaySettings(
-                    bootstrap_servers=kafka_bootstrap,
-                    topic_prefix=outbox_settings.topic_prefix,
-                    group_id=unique("relay"),
-                    auto_create_topics=True,
-                )
-            )
-        ),
-    ]
     try:
-        wait_for(lambda: any(o.txn_id == txn.txn_id for o in topics.ops()), timeout=60)
-        [op] = topics.ops()
-        if outcome == "refused-at-commit":
-            assert (op.state, op.decided_by) == (OpState.ROLLBACK, DecidedBy.CHECKER)
-            time.sleep(2)
-            assert read_topic(kafka_bootstrap, real) == []
-        else:
-            assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
-            wait_for(lambda: len(read_topic(kafka_bootstrap, real)) >= 1)
-            time.sleep(1)
-            assert [m.value() for m in read_topic(kafka_bootstrap, real)] == [b"order"]
-        with strict.connect() as conn:
-            children = conn.execute(sa.select(sa.func.count()).select_from(child)).scalar()
-        assert children == (1 if outcome == "committed-unacknowledged" else 0)
+        with checker_and_relay(kafka_bootstrap, outbox_settings.topic_prefix):
+            wait_for(lambda: any(o.txn_id == txn.txn_id for o in topics.ops()), timeout=60)
+            [op] = topics.ops()
+            if outcome == "refused-at-commit":
+                assert (op.state, op.decided_by) == (OpState.ROLLBACK, DecidedBy.CHECKER)
+                time.sleep(2)
+                assert read_topic(kafka_bootstrap, real) == []
+            else:
+                assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+                wait_for(lambda: len(read_topic(kafka_bootstrap, real)) >= 1)
+                time.sleep(1)
+                assert [m.value() for m in read_topic(kafka_bootstrap, real)] == [b"order"]
+            with strict.connect() as conn:
+                children = conn.execute(sa.select(sa.func.count()).select_from(child)).scalar()
+            assert children == (1 if outcome == "committed-unacknowledged" else 0)
     finally:
-        for service in services:
-            service.stop()
         strict.dispose()
 
 

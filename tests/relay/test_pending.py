@@ -8,6 +8,7 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -85,6 +86,17 @@ class Halves:
         assert not errors, errors[:3]
         return txns
 
+    def relay(self, group_id: str, **settings: Any) -> RelayThread:
+        """A relay running on these topics."""
+        return RelayThread(
+            RelaySettings(
+                bootstrap_servers=self.settings.bootstrap_servers,
+                topic_prefix=self.settings.topic_prefix,
+                group_id=group_id,
+                **settings,
+            )
+        )
+
     def commit(self, txns: list[str]) -> None:
         for txn in txns:
             partition, offset = self.where[txn]
@@ -134,14 +146,7 @@ def test_a_long_pending_half_is_put_back_and_still_promoted_once_its_commit_arri
 ) -> None:
     halves = Halves(kafka_bootstrap, unique("__outbox-putback"))
     group = unique("relay")
-    relay = RelayThread(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=halves.settings.topic_prefix,
-            group_id=group,
-            put_back_after_s=2,
-        )
-    )
+    relay = halves.relay(group, put_back_after_s=2)
     try:
         # Given a transaction left undecided, with decided ones after it on its partition
         [pending] = halves.write(1)
@@ -190,14 +195,7 @@ def test_a_pending_half_whose_put_back_copy_is_refused_stays_in_place_and_others
     [big] = halves.write(1, value_size=150_000)
     partition, original = halves.where[big]
     set_topic_config(kafka_bootstrap, half_topic, "max.message.bytes", "100000")
-    relay = RelayThread(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=halves.settings.topic_prefix,
-            group_id=group,
-            put_back_after_s=1,
-        )
-    )
+    relay = halves.relay(group, put_back_after_s=1)
     try:
         wait_for(lambda: big in relay.relay._unmovable, 30, "the refused put-back")
         # When others are committed after it, on every partition

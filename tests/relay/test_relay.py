@@ -303,14 +303,7 @@ def test_an_idle_partition_does_not_pin_its_committed_offset_behind_an_undecided
 
     halves = Halves(kafka_bootstrap, stream.settings.topic_prefix + "-idle")
     group = unique("relay")
-    relay = RelayThread(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=halves.settings.topic_prefix,
-            group_id=group,
-            put_back_after_s=1,
-        )
-    )
+    relay = halves.relay(group, put_back_after_s=1)
     try:
         # Given one undecided half and no other traffic at all
         [txn] = halves.write(1)
