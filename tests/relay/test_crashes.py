@@ -5,6 +5,7 @@ message exactly once, no rolled-back message, and each key's transactions in COM
 from __future__ import annotations
 
 import random
+import signal
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -143,3 +144,34 @@ def test_a_broker_restart_during_load_loses_and_repeats_nothing(
             assert "refused a write" not in relay.log.read_text(errors="replace"), relay.tail()
     finally:
         broker.kill()
+
+
+def test_a_relay_frozen_past_its_session_timeout_is_fenced_when_it_wakes(
+    kafka_bootstrap: str, logs: Path
+) -> None:
+    """A zombie: frozen (SIGSTOP) while it holds partitions, maybe with a Kafka transaction
+    open, for longer than its session timeout; the group gives its partitions to the other
+    instance. Woken, nothing it had open may be committed: the group generation it sends with
+    its offsets is stale, so the broker refuses the transaction."""
+    prefix, group = unique("__outbox-zombie"), unique("relay")
+    load = Load(kafka_bootstrap, prefix).start()
+    watcher = Watcher(kafka_bootstrap, load.real_topic)
+    relays = [RelayProcess(kafka_bootstrap, prefix, group, f"relay-{i}", logs) for i in range(2)]
+    for relay in relays:
+        relay.start()
+    frozen = relays[0]
+    assert frozen.proc is not None
+    for _ in range(2):
+        wait_for(frozen.holds_partitions, 90, "the frozen one to be assigned partitions")
+        before = watcher.count()
+        wait_for(lambda b=before: watcher.count() > b + 50, 90, "promotions to progress")
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(10)  # past the 6 s session timeout: its partitions go to the other
+            before = watcher.count()
+            wait_for(lambda b=before: watcher.count() > b + 50, 90, "the other to take over")
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
+        time.sleep(3)
+    assert load.committed, "the load wrote nothing"
+    finish(load, watcher, relays, kafka_bootstrap)
