@@ -2,7 +2,9 @@
 
 Usage: python crashing_producer.py BOOTSTRAP PREFIX DB_URL TOPIC MOMENT
 MOMENT is "after-commit" (DB committed, op not yet sent) or "before-commit" (half sent, DB
-transaction open). The process prints "READY <txn id>" at that moment and waits to be killed.
+transaction open); "serving-after-commit" is "after-commit" in a process that also serves the
+group's check endpoint (its registration outlives it until the registry TTL). The process prints
+"READY <txn id>" at that moment and waits to be killed.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
 from outbox import OutboxProducer, OutboxSettings
+
+SECRET = "checker-test-secret"  # tests.checker.test_checker.SECRET (this runs without tests/)
 
 
 def main() -> None:
@@ -29,7 +33,9 @@ def main() -> None:
         time.sleep(600)
         return False
 
-    if moment == "after-commit":
+    if moment == "serving-after-commit":
+        producer.serve_checks(engine=engine, secret=SECRET)
+    if moment.endswith("after-commit"):
         producer.kafka.send_op = hang  # type: ignore[method-assign]
     with producer.transaction(sessionmaker(engine)) as txn:
         txn.send(topic, f"{moment}-{txn.txn_id}", key=txn.txn_id)

@@ -414,3 +414,43 @@ def test_a_decision_the_op_topic_refuses_is_checked_again_and_written_once_it_is
         assert txn.txn_id not in checker.tracker.pending
     finally:
         running.stop()
+
+
+@pytest.mark.parametrize("replaced", [True, False], ids=["replaced", "gone"])
+def test_a_sigkilled_instance_of_a_group_is_failed_over_or_its_group_given_up_after_the_ttl(
+    kafka_bootstrap: str,
+    db_url: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    topics: Topics,
+    replaced: bool,
+) -> None:
+    """SIGKILL leaves no tombstone: the dead instance stays registered until the registry TTL,
+    and its port refuses connections."""
+    topic, prefix = unique("orders"), outbox_settings.topic_prefix
+    moment = "serving-after-commit"
+    txn_id = run_child_until_killed([kafka_bootstrap, prefix, db_url, topic, moment])
+    if replaced:
+        producer.serve_checks(engine=engine, secret=SECRET)  # its replacement, at once
+    settings = checker_settings(
+        kafka_bootstrap, prefix, registry_ttl_s=8 if replaced else 3, no_producer_timeout_s=6
+    )
+    checker = Checker(settings)
+    running = Background(checker)
+    try:
+        wait_for(lambda: any(o.txn_id == txn_id for o in topics.ops()), timeout=60)
+        [op] = [o for o in topics.ops() if o.txn_id == txn_id]
+        if replaced:
+            # The dead registration is skipped over: the replacement answers from the database
+            assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
+            assert checker.stats.given_up == 0
+        else:
+            # Once its registration expires the group has no live instance, and is given up
+            assert op.state is OpState.GIVEN_UP
+            assert op.reason is not None and "no producer of group 'orders'" in op.reason
+            assert "no live instance" in op.reason  # not its refused port: it expired
+            [letter] = read_topic(kafka_bootstrap, outbox_settings.topics.dead_letter)
+            assert letter.value() == f"{moment}-{txn_id}".encode()
+    finally:
+        running.stop()
