@@ -84,8 +84,7 @@ class Tracker:
     def undecide(self, entry: Pending, due_ms: int) -> None:
         """This checker's decision was not written: undecided again, due at ``due_ms``, its
         checks kept (a GIVEN_UP one is given up again at its next UNKNOWN)."""
-        if self.decided.get(entry.txn_id) is not None:
-            del self.decided[entry.txn_id]
+        self.decided.pop(entry.txn_id, None)
         entry.due_ms = due_ms
         self.pending.setdefault(entry.txn_id, entry)
 

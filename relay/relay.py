@@ -604,12 +604,7 @@ class Relay:
                     list(copy_headers(record)),
                     partition=partition,
                 )
-                try:
-                    self._produce(copy, on_copied)
-                except KafkaException as err:
-                    if refuses_the_record(err.args[0]):
-                        self._stays(txn_id, err.args[0])
-                    raise
+                self._produce(copy, on_copied, on_refused=functools.partial(self._stays, txn_id))
         elif isinstance(action, Reject):
             self._reject(action)
         elif isinstance(action, BadRecord):
@@ -661,25 +656,26 @@ class Relay:
             value=value,
             headers=headers,
         )
-        try:
-            self._produce(letter, functools.partial(self._dead_letter_delivered, source))
-        except KafkaException as err:
-            if refuses_the_record(err.args[0]):
-                self._letters_refused[source] = err.args[0].str()
-            raise
+        self._produce(
+            letter,
+            functools.partial(self._dead_letter_delivered, source),
+            on_refused=functools.partial(self._letter_refused, source),
+        )
 
     def _produce(
         self,
         out: Outgoing,
         on_delivery: Callable[[KafkaError | None, Message], None],
         txn_id: str | None = None,
+        on_refused: Callable[[KafkaError], None] | None = None,
     ) -> None:
         """Queue one record of the open Kafka transaction (the hot path: no per-record
         closure, positional arguments).
 
         Raises:
             KafkaException: the client refused the record before sending it (bigger than its
-                ``message.max.bytes``); noted against ``txn_id``, which the abort then parks.
+                ``message.max.bytes``); noted against ``txn_id``, which the abort then parks,
+                and handed to ``on_refused`` (the same handler its delivery report uses).
         """
         assert self._producer is not None
         partition = -1 if out.partition is None else out.partition  # -1: the partitioner
@@ -694,6 +690,8 @@ class Relay:
             except KafkaException as err:
                 if refuses_the_record(err.args[0]):
                     self._failures.append((txn_id, f"{out.topic}: {err.args[0].str()}"))
+                    if on_refused is not None:
+                        on_refused(err.args[0])
                 raise
 
     def _delivered(self, txn_id: str | None, err: KafkaError | None, msg: Message) -> None:
@@ -705,10 +703,13 @@ class Relay:
     def _dead_letter_delivered(
         self, source: tuple[str, int, int], err: KafkaError | None, msg: Message
     ) -> None:
-        """A refused dead letter is redone (its batch aborts) without the original record."""
         if err is not None and refuses_the_record(err):
-            self._letters_refused[source] = err.str()
+            self._letter_refused(source, err)
         self._delivered(None, err, msg)
+
+    def _letter_refused(self, source: tuple[str, int, int], err: KafkaError) -> None:
+        """The dead letter of ``source`` is redone (its batch aborts) without the original."""
+        self._letters_refused[source] = err.str()
 
     def _copied(self, txn_id: str, err: KafkaError | None, msg: Message) -> None:
         """A put-back copy's report: past its offset is where the half partition ends."""

@@ -7,15 +7,13 @@ per-key order.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 
-from outbox.protocol import Header, OpState
+from outbox.protocol import OpState
 from tests.kafka_helpers import unique
 from tests.relay.harness import wait_for
 from tests.relay.test_partitions import relay_on
-from tests.relay.test_relay import Stream, delivered, expected, read_topic
+from tests.relay.test_relay import Stream, delivered, expected, promotion_order
 
 pytestmark = pytest.mark.integration
 
@@ -46,9 +44,5 @@ def test_a_long_op_queue_pauses_its_partition_and_a_backlog_still_goes_once_in_o
         relay.stop()
     seen = delivered(kafka_bootstrap, stream)
     assert set(seen) == expected(stream) and max(seen.values()) == 1
-    order: dict[bytes, list[str]] = defaultdict(list)
-    for msg in read_topic(kafka_bootstrap, stream.real_topic):
-        txn = dict(msg.headers())[Header.TXN_ID].decode()
-        if not order[msg.key()] or order[msg.key()][-1] != txn:
-            order[msg.key()].append(txn)
+    order = promotion_order(kafka_bootstrap, stream.real_topic)
     assert dict(order) == dict(stream.commit_order)

@@ -112,7 +112,7 @@ def promoted(bootstrap: str, topic: str) -> Counter[str]:
     return Counter(dict(m.headers())[Header.TXN_ID].decode() for m in read_topic(bootstrap, topic))
 
 
-def committed_half_offset(bootstrap: str, group: str, topic: str, partition: int) -> int:
+def committed_offset(bootstrap: str, group: str, topic: str, partition: int) -> int:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         return int(consumer.committed([TopicPartition(topic, partition)], 10)[0].offset)
@@ -169,7 +169,7 @@ def test_a_long_pending_half_is_put_back_and_still_promoted_once_its_commit_arri
         )
         assert copy.origin_offset == original and copy.offset > original
         wait_for(
-            lambda: committed_half_offset(kafka_bootstrap, group, half_topic, partition) > original,
+            lambda: committed_offset(kafka_bootstrap, group, half_topic, partition) > original,
             30,
             "the committed half offset to pass the original",
         )
@@ -206,7 +206,7 @@ def test_a_pending_half_whose_put_back_copy_is_refused_stays_in_place_and_others
             lambda: set(promoted(kafka_bootstrap, halves.real_topic)) >= set(later), 60, "others"
         )
         assert not any(c.txn_id == big for c in copies(kafka_bootstrap, half_topic, partition))
-        assert committed_half_offset(kafka_bootstrap, group, half_topic, partition) == original
+        assert committed_offset(kafka_bootstrap, group, half_topic, partition) == original
         assert relay.relay.stats()["pending"] == 1
         # And its COMMIT still promotes it, once
         halves.commit([big])

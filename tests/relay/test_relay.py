@@ -151,6 +151,17 @@ def delivered(bootstrap: str, stream: Stream) -> Counter[tuple[str, int]]:
     return seen
 
 
+def promotion_order(bootstrap: str, topic: str) -> dict[bytes, list[str]]:
+    """Each key's transactions in the order their messages are on ``topic`` (a transaction's
+    messages in a row count once)."""
+    order: dict[bytes, list[str]] = defaultdict(list)
+    for msg in read_topic(bootstrap, topic):
+        txn = dict(msg.headers())[Header.TXN_ID].decode()
+        if not order[msg.key()] or order[msg.key()][-1] != txn:
+            order[msg.key()].append(txn)
+    return order
+
+
 def expected(stream: Stream) -> set[tuple[str, int]]:
     return {(t, i) for t, n in stream.committed.items() for i in range(n)}
 
@@ -299,7 +310,7 @@ def test_a_dead_letter_its_topic_refuses_goes_without_the_original_and_the_relay
 def test_an_idle_partition_does_not_pin_its_committed_offset_behind_an_undecided_half(
     kafka_bootstrap: str, stream: Stream
 ) -> None:
-    from tests.relay.test_pending import Halves, committed_half_offset
+    from tests.relay.test_pending import Halves, committed_offset
 
     halves = Halves(kafka_bootstrap, stream.settings.topic_prefix + "-idle")
     group = unique("relay")
@@ -311,9 +322,7 @@ def test_an_idle_partition_does_not_pin_its_committed_offset_behind_an_undecided
         # Then the relay's committed offset of that partition still moves past it
         wait_for(
             lambda: (
-                committed_half_offset(
-                    kafka_bootstrap, group, halves.settings.topics.half, partition
-                )
+                committed_offset(kafka_bootstrap, group, halves.settings.topics.half, partition)
                 > offset
             ),
             timeout=30,
@@ -351,11 +360,7 @@ def test_relay_restarted_mid_stream_loses_no_committed_message(
     # A clean stop commits what was delivered, so the second instance repeats nothing
     assert max(seen.values()) == 1
     assert len(stream.committed) == transactions - transactions // 10
-    order: dict[bytes, list[str]] = defaultdict(list)
-    for msg in read_topic(kafka_bootstrap, stream.real_topic):
-        txn = dict(msg.headers())[Header.TXN_ID].decode()
-        if not order[msg.key()] or order[msg.key()][-1] != txn:
-            order[msg.key()].append(txn)
+    order = promotion_order(kafka_bootstrap, stream.real_topic)
     for key, txns in stream.commit_order.items():
         firsts = list(dict.fromkeys(order[key]))
         assert firsts == txns, f"order of {key!r} differs"

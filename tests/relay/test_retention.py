@@ -14,7 +14,7 @@ from outbox.protocol import OpState
 from outbox.protocol.dead_letter import DeadLetterHeader
 from tests.kafka_helpers import unique, watermarks
 from tests.relay.test_partitions import relay_on
-from tests.relay.test_pending import committed_half_offset
+from tests.relay.test_pending import committed_offset
 from tests.relay.test_relay import (
     Stream,
     delivered,
@@ -71,7 +71,7 @@ def test_a_commit_whose_halves_retention_removed_is_dead_lettered_and_the_relay_
         op_end = end_of(kafka_bootstrap, topics.op, gone.partition)
         wait_for(
             lambda: (
-                committed_half_offset(
+                committed_offset(
                     kafka_bootstrap, relay.relay.settings.group_id, topics.op, gone.partition
                 )
                 >= op_end
