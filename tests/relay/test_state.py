@@ -121,7 +121,7 @@ def test_commits_on_one_partition_are_promoted_in_op_order_not_half_order() -> N
     assert [a.op.txn_id for a in take(state).actions] == [TXN[0], TXN[1]]  # type: ignore[union-attr]
 
 
-def test_committed_offset_never_passes_an_undecided_half() -> None:
+def test_committed_half_offset_never_passes_an_undecided_half() -> None:
     state = PartitionState(0)
     state.add_half(half(0, 0))  # undecided
     for i in range(1, 5):
