@@ -102,7 +102,9 @@ class Relay:
         self.names = settings.topics
         self._half = self.names.half
         self.states: dict[int, PartitionState] = {}
+        #: Dead letters written in committed Kafka transactions.
         self.dead_lettered = 0
+        self._letters_in_batch = 0
         self.aborts = 0
         self.sessions = 0
         self.metrics = RelayMetrics(self)
@@ -111,7 +113,8 @@ class Relay:
         #: States let go at the last revoke, with what this instance had committed for them:
         #: kept if the next assignment gives them back with nothing committed by others since.
         self._retained: dict[int, tuple[PartitionState, tuple[int, int, str] | None]] = {}
-        self._retired: dict[str, int] = {}  # counters of partitions no longer held
+        #: The state counters as of each partition's last committed Kafka transaction.
+        self._counted: dict[str, int] = dict.fromkeys(vars(Counters()), 0)
         self._refused: dict[str, float] = {}  # txn id -> when a real topic refused it
         # Refused transactions due for a retry, as seen by this batch; the next batch retries
         # the longest refused of them, alone (see _why_not).
@@ -397,10 +400,12 @@ class Relay:
             if b.actions or (b.half_offset, b.op_offset, b.metadata) != self._committed.get(p)
         }
         if not todo:
+            self._count_committed()
             return
         timeout = timeout or self.settings.transaction_timeout_s
         started = time.monotonic()
         self._failures = []
+        self._letters_in_batch = 0
         try:
             self._producer.begin_transaction()
             for p, batch in todo.items():
@@ -422,6 +427,7 @@ class Relay:
         self.metrics.commit_seconds.observe(time.monotonic() - started)
         for p, b in todo.items():
             self._committed[p] = (b.half_offset, b.op_offset, b.metadata)
+        self._count_committed()
         self._ready = (True, "committing")
 
     def _send_offsets(self, offsets: list[TopicPartition], timeout: float) -> None:
@@ -637,7 +643,7 @@ class Relay:
         value: bytes | None,
         headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
-        self.dead_lettered += 1
+        self._letters_in_batch += 1
         source = (topic, partition, offset)
         refused = self._letters_refused.pop(source, None)
         if refused is not None:
@@ -890,21 +896,27 @@ class Relay:
 
     # -- views -----------------------------------------------------------------------------
 
+    def _count_committed(self) -> None:
+        """Counters count what a committed Kafka transaction wrote: an aborted batch is
+        redone from the committed progress and would otherwise count its promotions, drops
+        and dead letters again (and a partition let go of is counted by whoever redoes it)."""
+        for state in self.states.values():
+            counters = state.counters
+            for key, value in vars(counters).items():
+                if value:
+                    self._counted[key] += value
+            state.counters = type(counters)()
+        self.dead_lettered += self._letters_in_batch
+        self._letters_in_batch = 0
+
     def _retire(self, state: PartitionState) -> None:
-        """Keep the counters of a partition this instance lets go of (they are totals)."""
-        for key, value in vars(state.counters).items():
-            self._retired[key] = self._retired.get(key, 0) + value
+        """A partition let go of: what it counted since its last commit was not written (or,
+        read but not decided, will be decided and counted by its next owner)."""
         state.counters = type(state.counters)()
 
     def totals(self) -> dict[str, int]:
-        """Counters over this instance's life (partitions held now and before)."""
-        totals = dict.fromkeys(vars(Counters()), 0)
-        for key, value in self._retired.items():
-            totals[key] += value
-        for state in list(self.states.values()):
-            for key, value in vars(state.counters).items():
-                totals[key] = totals.get(key, 0) + value
-        return totals
+        """Counters over this instance's life, as of its last committed Kafka transaction."""
+        return dict(self._counted)
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Lag as of the loop's last look (the HTTP thread must not call into the consumer:

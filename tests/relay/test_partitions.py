@@ -176,6 +176,8 @@ def test_transactions_refused_along_with_a_too_big_one_are_retried_apart_and_get
         seen = delivered(kafka_bootstrap, stream)
         assert set(seen) == expected(stream) and set(seen.values()) == {1}
         assert relay.relay.stats()["aborts"] >= 2  # the batch, then the big one's own retries
+        # promotions are counted once committed: the aborted attempts count nothing
+        assert relay.relay.totals()["promoted"] == len(seen)
     finally:
         relay.stop()
 

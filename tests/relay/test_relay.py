@@ -305,6 +305,9 @@ def test_a_dead_letter_its_topic_refuses_goes_without_the_original_and_the_relay
     assert headers[DeadLetterHeader.SOURCE_TOPIC] == topics.half.encode()
     assert headers[DeadLetterHeader.SOURCE_OFFSET] == b"0"
     assert relay.relay.stats()["aborts"] >= 1
+    # and the counters count what was written, not the aborted attempt too
+    assert relay.relay.dead_lettered == 1
+    assert relay.relay.totals()["promoted"] == 2
 
 
 def test_an_idle_partition_does_not_pin_its_committed_offset_behind_an_undecided_half(
