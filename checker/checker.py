@@ -329,10 +329,8 @@ class Checker:
 
     def _answered(self, entry: Pending, state: LocalTransactionState, now_ms: int) -> None:
         if state is LocalTransactionState.COMMIT:
-            self.stats.resolved_commit += 1
             self._decide(entry, OpState.COMMIT, None)
         elif state is LocalTransactionState.ROLLBACK:
-            self.stats.resolved_rollback += 1
             self._decide(entry, OpState.ROLLBACK, None)
         else:
             self.stats.unknown += 1
@@ -356,10 +354,15 @@ class Checker:
         return entry
 
     def _give_up(self, entry: Pending, reason: str) -> None:
+        """Dead-letter copies of its records, then the GIVEN_UP op. A give-up whose op the broker
+        did not take is repeated at the transaction's next UNKNOWN or unreachable check: copies
+        already taken are not written again. (Should that check answer COMMIT or ROLLBACK
+        instead, the copies stay on the dead-letter topic while the decision is the answer's.)"""
         log.error("giving up transaction %s of group %s: %s", entry.txn_id, entry.group, reason)
-        self.stats.given_up += 1
         entry = self._with_records(entry)
         for index in sorted(entry.records):
+            if index in entry.dead_lettered:
+                continue
             record = entry.records[index]
             headers = dead_letter_headers(
                 record.raw_headers,
@@ -374,7 +377,7 @@ class Checker:
                 value=record.message.value,
                 headers=headers,
                 partition=entry.partition,
-                on_delivery=functools.partial(self._dead_letter_delivered, entry.txn_id, record),
+                on_delivery=functools.partial(self._dead_letter_delivered, entry, record),
             )
         self._decide(entry, OpState.GIVEN_UP, reason)
 
@@ -407,8 +410,15 @@ class Checker:
     ) -> None:
         """A decision the op topic did not take (the broker down past ``message.timeout.ms``,
         the record refused) is no decision: the transaction is checked again, as if never
-        decided, after the check interval. Served on the loop's thread (poll and flush)."""
+        decided, after the check interval. Decisions are counted here, once the broker took
+        them. Served on the loop's thread (poll and flush)."""
         if err is None:
+            if state is OpState.COMMIT:
+                self.stats.resolved_commit += 1
+            elif state is OpState.ROLLBACK:
+                self.stats.resolved_rollback += 1
+            else:
+                self.stats.given_up += 1
             return
         self.stats.write_failures += 1
         log.error(
@@ -424,16 +434,17 @@ class Checker:
         self.tracker.undecide(entry, due_ms=now_ms + int(self.settings.check_interval_s * 1000))
 
     def _dead_letter_delivered(
-        self, txn_id: str, record: HalfRecord, err: KafkaError | None, msg: Message
+        self, entry: Pending, record: HalfRecord, err: KafkaError | None, msg: Message
     ) -> None:
         if err is None:
+            entry.dead_lettered.add(record.index)
             return
         self.stats.write_failures += 1
         log.error(
             "the dead-letter copy of message %d of given-up transaction %s was not written "
             "(%s); the record is still at %s[%d] offset %d while its retention lasts",
             record.index,
-            txn_id,
+            entry.txn_id,
             err.str(),
             self.names.half,
             record.partition,

@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 
 HELP = {
     "checks": "Transactions asked about (answered by a producer).",
-    "resolved_commit": "Transactions the checker decided COMMIT.",
-    "resolved_rollback": "Transactions the checker decided ROLLBACK.",
+    "resolved_commit": "COMMIT ops the checker wrote (counted once the broker took them).",
+    "resolved_rollback": "ROLLBACK ops the checker wrote (counted once the broker took them).",
     "unknown": "UNKNOWN answers.",
-    "given_up": "Transactions given up (GIVEN_UP op + dead letters). Alert on any.",
+    "given_up": "GIVEN_UP ops the checker wrote (its records dead-lettered). Alert on any.",
     "unreachable": "Checks that found no producer instance answering.",
     "breaker_trips": "Times a producer group's circuit breaker opened.",
     "write_failures": "Ops and dead letters the broker did not take (ops are checked again).",

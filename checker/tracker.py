@@ -27,6 +27,9 @@ class Pending:
     unreachable_since_ms: int | None = None
     #: Set when resumed with no record in hand: where the resumed copies are, to fetch them.
     resumed_offsets: tuple[int, ...] = ()
+    #: Message indices whose dead-letter copy the broker took: a give-up repeated because its
+    #: GIVEN_UP op was not written does not copy them again.
+    dead_lettered: set[int] = field(default_factory=set)
 
     @property
     def offsets(self) -> list[int]:

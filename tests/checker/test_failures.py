@@ -410,8 +410,53 @@ def test_a_decision_the_op_topic_refuses_is_checked_again_and_written_once_it_is
         time.sleep(2)
         [op] = topics.ops()
         assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
-        assert checker.stats.resolved_commit >= 2
+        assert checker.stats.resolved_commit == 1  # the op taken, not the attempts
         assert txn.txn_id not in checker.tracker.pending
+    finally:
+        running.stop()
+
+
+def test_a_give_up_the_op_topic_refuses_is_repeated_without_copying_its_records_twice(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    session_factory: Any,
+    topics: Topics,
+) -> None:
+    """Before, each repeated give-up wrote every dead-letter copy again and counted the
+    transaction given up again."""
+    prefix, op_topic = outbox_settings.topic_prefix, outbox_settings.topics.op
+    set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "64")  # no op fits
+    orphan = OutboxProducer(
+        OutboxSettings(
+            bootstrap_servers=kafka_bootstrap,
+            producer_group="gone",
+            topic_prefix=prefix,
+            partitions=3,
+        )
+    )
+    orphan.kafka.send_op = lambda op: False  # type: ignore[method-assign]
+    with orphan.transaction(session_factory) as lost:
+        lost.send("orders", b"first", key=b"a")
+        lost.send("orders", b"second", key=b"a")
+    orphan.close()
+    checker = Checker(checker_settings(kafka_bootstrap, prefix, no_producer_timeout_s=2))
+    running = Background(checker)
+    try:
+        # Given a group nobody answers for, given up while the op topic refuses the GIVEN_UP op
+        # (given up again at each check, each time refused)
+        wait_for(lambda: checker.stats.write_failures >= 3, timeout=60)
+        assert not topics.ops()
+        assert checker.stats.given_up == 0
+        # When the op topic takes records again, the give-up is written once
+        set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "1048588")
+        wait_for(lambda: any(o.txn_id == lost.txn_id for o in topics.ops()), timeout=30)
+        time.sleep(2)
+        [op] = topics.ops()
+        assert (op.state, op.decided_by) == (OpState.GIVEN_UP, DecidedBy.CHECKER)
+        # and each record was copied to the dead-letter topic once
+        letters = read_topic(kafka_bootstrap, outbox_settings.topics.dead_letter)
+        assert sorted(m.value() for m in letters) == [b"first", b"second"]
+        assert checker.stats.given_up == 1
     finally:
         running.stop()
 
