@@ -131,7 +131,10 @@ def resume(
         history, letters = plan(reader, names, partitions, txn_id, slack_s)  # fenced from here
         return _write(producer, names, history, letters, timeout)
     finally:
-        producer.flush(timeout)
+        # A fenced producer is in a fatal state and its flush raises; what it wrote is
+        # aborted either way, and the error that ended the resume is the one to report.
+        with contextlib.suppress(KafkaException):
+            producer.flush(timeout)
 
 
 def _write(
@@ -233,4 +236,9 @@ def _call(fn: Any) -> Any:
             KafkaError._ALL_BROKERS_DOWN,
         ):
             raise UnreachableError(f"Kafka did not answer: {error.str()}") from err
+        if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+            raise RefusedError(
+                "another resume of this transaction started while this one ran and took over "
+                f"({error.str()}); nothing of this one was written - see `kafka-outbox inspect`"
+            ) from err
         raise CommandError(f"Kafka refused the resume transaction: {error.str()}") from err

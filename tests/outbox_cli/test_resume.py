@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 from outbox import OutboxSettings
 from outbox.protocol import Header, OpState, decode_half, decode_op, new_transaction_id
 from outbox.protocol.dead_letter import DeadLetterHeader
+from outbox_cli import resume as resume_cmd
+from outbox_cli.errors import RefusedError
+from outbox_cli.kafka import Reader, connection
 from tests.outbox_cli.conftest import Cli
 from tests.outbox_cli.records import Writer, read_messages
 
@@ -143,3 +149,78 @@ def test_resume_of_something_that_is_not_a_transaction_id_is_a_usage_error(cli: 
     result = cli("resume", "order-42", env={"OUTBOX_BOOTSTRAP_SERVERS": "unused:9092"})
     assert result.code == 2
     assert "'order-42' is not a UUID" in result.err
+
+
+def test_two_concurrent_resumes_of_one_transaction_put_it_back_once(
+    outbox_settings: OutboxSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second resume initialises the same transactional id while the first one's Kafka
+    transaction is open: the first is fenced and aborted, and its copies never become visible.
+    Without the fencing both would commit and the transaction would be put back twice."""
+    names = outbox_settings.topics
+    bootstrap = outbox_settings.bootstrap_servers
+    writer = Writer(outbox_settings)
+    txn = writer.halves("orders-resume", [b"first", b"second"])
+    writer.give_up(txn)
+    config = connection(bootstrap, {})
+    # The first resume stops just before its commit (its copies, op and marker are written)
+    calls: dict[str, int] = {}
+    before_commit, go_on = threading.Event(), threading.Event()
+    unpaused = resume_cmd._call
+
+    def paused(fn: Any) -> Any:
+        name = threading.current_thread().name
+        calls[name] = calls.get(name, 0) + 1
+        if name == "first" and calls[name] == 3:  # init, begin, then commit
+            before_commit.set()
+            go_on.wait(60)
+        return unpaused(fn)
+
+    monkeypatch.setattr(resume_cmd, "_call", paused)
+    outcome: dict[str, Any] = {}
+
+    def first() -> None:
+        with Reader(config, 30) as reader:
+            try:
+                outcome["first"] = resume_cmd.resume(
+                    config, reader, names, 3, txn.txn_id, slack_s=5, timeout=30
+                )
+            except Exception as err:
+                outcome["first"] = err
+
+    thread = threading.Thread(target=first, name="first")
+    thread.start()
+    try:
+        assert before_commit.wait(60)
+        # When a second resume runs meanwhile, it goes through
+        with Reader(config, 30) as reader:
+            second = resume_cmd.resume(config, reader, names, 3, txn.txn_id, slack_s=5, timeout=30)
+    finally:
+        go_on.set()
+        thread.join(60)
+    # Then the first is refused at its commit, saying why (before: an unexpected
+    # KafkaException from the flush after it)
+    assert isinstance(outcome["first"], RefusedError), outcome
+    assert "another resume of this transaction" in str(outcome["first"])
+    assert "fenced" in str(outcome["first"])
+    # And the transaction was put back once: one copy of each message, one RESUMED op (naming
+    # the second's copies) and one marker, as a read_committed reader sees them
+    copies = [
+        m
+        for m in read_messages(bootstrap, names.half, txn.partition)
+        if m.key() == txn.txn_id.encode() and Header.ORIGIN_OFFSET.value in headers(m)
+    ]
+    assert [m.value() for m in copies] == [b"first", b"second"]
+    assert tuple(m.offset() for m in copies) == second.copies
+    ops = [
+        decode_op(m.key(), m.value())
+        for m in read_messages(bootstrap, names.op, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    assert [o.state for o in ops] == [OpState.GIVEN_UP, OpState.RESUMED]
+    markers = [
+        m
+        for m in read_messages(bootstrap, names.dead_letter, txn.partition)
+        if m.key() == txn.txn_id.encode() and m.value() is None
+    ]
+    assert len(markers) == 1
