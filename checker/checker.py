@@ -355,8 +355,8 @@ class Checker:
 
     def _give_up(self, entry: Pending, reason: str) -> None:
         """Dead-letter copies of its records, then the GIVEN_UP op. A give-up whose op the broker
-        did not take is repeated at the transaction's next UNKNOWN or unreachable check: copies
-        already taken are not written again. (Should that check answer COMMIT or ROLLBACK
+        did not take is repeated once its condition holds again: copies already taken are not
+        written again. (Should that check answer COMMIT or ROLLBACK
         instead, the copies stay on the dead-letter topic while the decision is the answer's.)"""
         log.error("giving up transaction %s of group %s: %s", entry.txn_id, entry.group, reason)
         entry = self._with_records(entry)

@@ -35,7 +35,11 @@ EXIT_CODES = (
     (USAGE, "bad usage or an invalid setting (the message names the key and the value)"),
     (UNREACHABLE, "cannot reach Kafka or the database"),
     (NOT_FOUND, "not found (an unknown transaction id)"),
-    (REFUSED, "refused (resume of a transaction that is not given up, or already resumed)"),
+    (
+        REFUSED,
+        "refused (resume of a transaction that is not given up, or already resumed, or resumed "
+        "by another resume that started meanwhile)",
+    ),
 )
 
 

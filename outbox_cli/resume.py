@@ -22,7 +22,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -150,6 +150,9 @@ def _write(
     offsets: dict[str, list[int]] = {"half": [], "op": [], "marker": []}
 
     def delivered(kind: str) -> Any:
+        # Nothing on an error: a fenced producer's abort served the failed reports with an
+        # exception already set, and the first call into C raised SystemError (seen in the
+        # concurrent-resume test). The shortfall below and the abort tell what happened.
         def callback(err: KafkaError | None, msg: Message) -> None:
             if err is None:
                 offsets[kind].append(msg.offset() or 0)
@@ -169,6 +172,8 @@ def _write(
             )
         producer.flush(timeout)
         if len(offsets["half"]) != len(letters):
+            # Fenced while the copies were on their way: the abort says so (exit 5).
+            _call(lambda: producer.abort_transaction(timeout))
             raise CommandError(f"the copies of {history.txn_id} were not acknowledged in time")
         op = OpRecord(
             txn_id=history.txn_id,
@@ -193,9 +198,11 @@ def _write(
             on_delivery=delivered("marker"),
         )
         _call(lambda: producer.commit_transaction(timeout))
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(KafkaException):  # fenced or gone: the broker aborts it
             producer.abort_transaction(timeout)
+        if isinstance(err, KafkaException):  # produce() refused: fenced meanwhile, say
+            _raise_for(err.args[0], err)
         raise
     return Resumed(
         txn_id=history.txn_id,
@@ -229,16 +236,16 @@ def _call(fn: Any) -> Any:
     try:
         return fn()
     except KafkaException as err:
-        error = err.args[0]
-        if error.code() in (
-            KafkaError._TIMED_OUT,
-            KafkaError._TRANSPORT,
-            KafkaError._ALL_BROKERS_DOWN,
-        ):
-            raise UnreachableError(f"Kafka did not answer: {error.str()}") from err
-        if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
-            raise RefusedError(
-                "another resume of this transaction started while this one ran and took over "
-                f"({error.str()}); nothing of this one was written - see `kafka-outbox inspect`"
-            ) from err
-        raise CommandError(f"Kafka refused the resume transaction: {error.str()}") from err
+        _raise_for(err.args[0], err)
+
+
+def _raise_for(error: KafkaError, cause: BaseException | None = None) -> NoReturn:
+    """The command's error for a Kafka call's or a delivery report's ``error``."""
+    if error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
+        raise UnreachableError(f"Kafka did not answer: {error.str()}") from cause
+    if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):
+        raise RefusedError(
+            "another resume of this transaction started while this one ran and took over "
+            f"({error.str()}); nothing of this one was written - see `kafka-outbox inspect`"
+        ) from cause
+    raise CommandError(f"Kafka refused the resume transaction: {error.str()}") from cause

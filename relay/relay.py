@@ -102,7 +102,8 @@ class Relay:
         self.names = settings.topics
         self._half = self.names.half
         self.states: dict[int, PartitionState] = {}
-        #: Dead letters written in committed Kafka transactions.
+        #: Dead letters written in committed Kafka transactions (those of the open one apart:
+        #: an aborted batch's letters are never added).
         self.dead_lettered = 0
         self._letters_in_batch = 0
         self.aborts = 0
@@ -428,6 +429,7 @@ class Relay:
         for p, b in todo.items():
             self._committed[p] = (b.half_offset, b.op_offset, b.metadata)
         self._count_committed()
+        self.dead_lettered += self._letters_in_batch
         self._ready = (True, "committing")
 
     def _send_offsets(self, offsets: list[TopicPartition], timeout: float) -> None:
@@ -898,16 +900,15 @@ class Relay:
 
     def _count_committed(self) -> None:
         """Counters count what a committed Kafka transaction wrote: an aborted batch is
-        redone from the committed progress and would otherwise count its promotions, drops
-        and dead letters again (and a partition let go of is counted by whoever redoes it)."""
+        redone from the committed progress and would otherwise count its promotions and drops
+        again (and a partition let go of is counted by whoever redoes it). Dead letters are
+        added by ``_commit_batch`` itself, after its commit."""
         for state in self.states.values():
             counters = state.counters
             for key, value in vars(counters).items():
                 if value:
                     self._counted[key] += value
             state.counters = type(counters)()
-        self.dead_lettered += self._letters_in_batch
-        self._letters_in_batch = 0
 
     def _retire(self, state: PartitionState) -> None:
         """A partition let go of: what it counted since its last commit was not written (or,

@@ -6,6 +6,7 @@ import threading
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from outbox import OutboxSettings
 from outbox.protocol import Header, OpState, decode_half, decode_op, new_transaction_id
@@ -151,8 +152,9 @@ def test_resume_of_something_that_is_not_a_transaction_id_is_a_usage_error(cli: 
     assert "'order-42' is not a UUID" in result.err
 
 
+@pytest.mark.parametrize("moment", ["before-copies", "before-commit"])
 def test_two_concurrent_resumes_of_one_transaction_put_it_back_once(
-    outbox_settings: OutboxSettings, monkeypatch: pytest.MonkeyPatch
+    outbox_settings: OutboxSettings, monkeypatch: pytest.MonkeyPatch, moment: str
 ) -> None:
     """The second resume initialises the same transactional id while the first one's Kafka
     transaction is open: the first is fenced and aborted, and its copies never become visible.
@@ -163,20 +165,32 @@ def test_two_concurrent_resumes_of_one_transaction_put_it_back_once(
     txn = writer.halves("orders-resume", [b"first", b"second"])
     writer.give_up(txn)
     config = connection(bootstrap, {})
-    # The first resume stops just before its commit (its copies, op and marker are written)
+    # The first resume stops inside its Kafka transaction: before its first copy is produced,
+    # or before its commit (copies, op and marker written)
     calls: dict[str, int] = {}
-    before_commit, go_on = threading.Event(), threading.Event()
+    paused, go_on = threading.Event(), threading.Event()
+
+    def pause(at: str) -> None:
+        if threading.current_thread().name == "first" and at == moment and not paused.is_set():
+            paused.set()
+            go_on.wait(60)
+
     unpaused = resume_cmd._call
 
-    def paused(fn: Any) -> Any:
+    def call(fn: Any) -> Any:
         name = threading.current_thread().name
         calls[name] = calls.get(name, 0) + 1
-        if name == "first" and calls[name] == 3:  # init, begin, then commit
-            before_commit.set()
-            go_on.wait(60)
+        if calls[name] == 3:  # init, begin, then commit
+            pause("before-commit")
         return unpaused(fn)
 
-    monkeypatch.setattr(resume_cmd, "_call", paused)
+    class PausingProducer(Producer):
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            pause("before-copies")
+            super().produce(*args, **kwargs)
+
+    monkeypatch.setattr(resume_cmd, "_call", call)
+    monkeypatch.setattr(resume_cmd, "Producer", PausingProducer)
     outcome: dict[str, Any] = {}
 
     def first() -> None:
@@ -191,7 +205,7 @@ def test_two_concurrent_resumes_of_one_transaction_put_it_back_once(
     thread = threading.Thread(target=first, name="first")
     thread.start()
     try:
-        assert before_commit.wait(60)
+        assert paused.wait(60)
         # When a second resume runs meanwhile, it goes through
         with Reader(config, 30) as reader:
             second = resume_cmd.resume(config, reader, names, 3, txn.txn_id, slack_s=5, timeout=30)
