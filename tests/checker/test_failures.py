@@ -56,6 +56,22 @@ def run_child_until_killed(args: list[str]) -> str:
     return line.split()[1]
 
 
+def orphaned(bootstrap: str, prefix: str, session_factory: Any, *values: bytes) -> str:
+    """A committed transaction of group "gone": its op never sent, and no instance of the group
+    ever serves checks. Returns its id."""
+    orphan = OutboxProducer(
+        OutboxSettings(
+            bootstrap_servers=bootstrap, producer_group="gone", topic_prefix=prefix, partitions=3
+        )
+    )
+    orphan.kafka.send_op = lambda op: False  # type: ignore[method-assign]
+    with orphan.transaction(session_factory) as txn:
+        for value in values:
+            txn.send("orders", value, key=b"b")
+    orphan.close()
+    return txn.txn_id
+
+
 @pytest.mark.parametrize("moment", ["after-commit", "before-commit"])
 def test_producer_killed_around_its_commit_is_resolved_by_the_checker(
     kafka_bootstrap: str,
@@ -156,18 +172,7 @@ def test_endpoint_down_then_up_resolves_without_burning_checks_and_a_gone_group_
         assert (op.state, op.decided_by) == (OpState.COMMIT, DecidedBy.CHECKER)
 
         # A group all of whose instances are gone is given up after the limit
-        orphan = OutboxProducer(
-            OutboxSettings(
-                bootstrap_servers=kafka_bootstrap,
-                producer_group="gone",
-                topic_prefix=prefix,
-                partitions=3,
-            )
-        )
-        orphan.kafka.send_op = lambda op: False  # type: ignore[method-assign]
-        with orphan.transaction(session_factory) as lost:
-            lost.send("orders", b"orphan", key=b"b")
-        orphan.close()
+        orphaned(kafka_bootstrap, prefix, session_factory, b"orphan")
         wait_for(lambda: checker.stats.given_up >= 1, timeout=30)
         letters = read_topic(kafka_bootstrap, outbox_settings.topics.dead_letter)
         assert [m.value() for m in letters] == [b"orphan"]
@@ -426,19 +431,7 @@ def test_a_give_up_the_op_topic_refuses_is_repeated_without_copying_its_records_
     transaction given up again."""
     prefix, op_topic = outbox_settings.topic_prefix, outbox_settings.topics.op
     set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "64")  # no op fits
-    orphan = OutboxProducer(
-        OutboxSettings(
-            bootstrap_servers=kafka_bootstrap,
-            producer_group="gone",
-            topic_prefix=prefix,
-            partitions=3,
-        )
-    )
-    orphan.kafka.send_op = lambda op: False  # type: ignore[method-assign]
-    with orphan.transaction(session_factory) as lost:
-        lost.send("orders", b"first", key=b"a")
-        lost.send("orders", b"second", key=b"a")
-    orphan.close()
+    lost = orphaned(kafka_bootstrap, prefix, session_factory, b"first", b"second")
     checker = Checker(checker_settings(kafka_bootstrap, prefix, no_producer_timeout_s=2))
     running = Background(checker)
     try:
@@ -449,7 +442,7 @@ def test_a_give_up_the_op_topic_refuses_is_repeated_without_copying_its_records_
         assert checker.stats.given_up == 0
         # When the op topic takes records again, the give-up is written once
         set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "1048588")
-        wait_for(lambda: any(o.txn_id == lost.txn_id for o in topics.ops()), timeout=30)
+        wait_for(lambda: any(o.txn_id == lost for o in topics.ops()), timeout=30)
         time.sleep(2)
         [op] = topics.ops()
         assert (op.state, op.decided_by) == (OpState.GIVEN_UP, DecidedBy.CHECKER)
