@@ -202,7 +202,7 @@ def _write(
         with contextlib.suppress(KafkaException):  # fenced or gone: the broker aborts it
             producer.abort_transaction(timeout)
         if isinstance(err, KafkaException):  # produce() refused: fenced meanwhile, say
-            _raise_for(err.args[0], err)
+            _raise_for(err)
         raise
     return Resumed(
         txn_id=history.txn_id,
@@ -236,11 +236,12 @@ def _call(fn: Any) -> Any:
     try:
         return fn()
     except KafkaException as err:
-        _raise_for(err.args[0], err)
+        _raise_for(err)
 
 
-def _raise_for(error: KafkaError, cause: BaseException | None = None) -> NoReturn:
-    """The command's error for a Kafka call's or a delivery report's ``error``."""
+def _raise_for(cause: KafkaException) -> NoReturn:
+    """The command's error for a Kafka call that raised ``cause``."""
+    error: KafkaError = cause.args[0]
     if error.code() in (KafkaError._TIMED_OUT, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN):
         raise UnreachableError(f"Kafka did not answer: {error.str()}") from cause
     if error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED):

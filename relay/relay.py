@@ -102,10 +102,6 @@ class Relay:
         self.names = settings.topics
         self._half = self.names.half
         self.states: dict[int, PartitionState] = {}
-        #: Dead letters written in committed Kafka transactions (those of the open one apart:
-        #: an aborted batch's letters are never added).
-        self.dead_lettered = 0
-        self._letters_in_batch = 0
         self.aborts = 0
         self.sessions = 0
         self.metrics = RelayMetrics(self)
@@ -406,7 +402,6 @@ class Relay:
         timeout = timeout or self.settings.transaction_timeout_s
         started = time.monotonic()
         self._failures = []
-        self._letters_in_batch = 0
         try:
             self._producer.begin_transaction()
             for p, batch in todo.items():
@@ -429,7 +424,6 @@ class Relay:
         for p, b in todo.items():
             self._committed[p] = (b.half_offset, b.op_offset, b.metadata)
         self._count_committed()
-        self.dead_lettered += self._letters_in_batch
         self._ready = (True, "committing")
 
     def _send_offsets(self, offsets: list[TopicPartition], timeout: float) -> None:
@@ -645,7 +639,6 @@ class Relay:
         value: bytes | None,
         headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
-        self._letters_in_batch += 1
         source = (topic, partition, offset)
         refused = self._letters_refused.pop(source, None)
         if refused is not None:
@@ -901,8 +894,7 @@ class Relay:
     def _count_committed(self) -> None:
         """Counters count what a committed Kafka transaction wrote: an aborted batch is
         redone from the committed progress and would otherwise count its promotions and drops
-        again (and a partition let go of is counted by whoever redoes it). Dead letters are
-        added by ``_commit_batch`` itself, after its commit."""
+        again (and a partition let go of is counted by whoever redoes it)."""
         for state in self.states.values():
             counters = state.counters
             for key, value in vars(counters).items():
@@ -914,6 +906,12 @@ class Relay:
         """A partition let go of: what it counted since its last commit was not written (or,
         read but not decided, will be decided and counted by its next owner)."""
         state.counters = type(state.counters)()
+
+    @property
+    def dead_lettered(self) -> int:
+        """Dead letters in committed Kafka transactions: one for each rejected op and each
+        undecodable record."""
+        return self._counted["rejected"] + self._counted["bad_records"]
 
     def totals(self) -> dict[str, int]:
         """Counters over this instance's life, as of its last committed Kafka transaction."""
