@@ -150,6 +150,7 @@ class KafkaIO:
                 count=batch.count,
                 created_at_ms=now_ms,
                 check_immunity_s=batch.check_immunity_s,
+                schema_version=self.settings.half_schema_version,
             )
             self._produce(topic, batch.txn_id.encode(), message.value, headers, batch, waiter, i)
         if not waiter.done.wait(self.settings.send_timeout_s + 5):

@@ -8,6 +8,7 @@ from typing import Any
 
 from outbox.env import from_env
 from outbox.errors import ConfigurationError
+from outbox.protocol.headers import HALF_SCHEMA_VERSION, HALF_SCHEMA_VERSIONS
 from outbox.protocol.topics import DEFAULT_MIN_COMPACTION_LAG_MS, DEFAULT_PREFIX, TopicNames
 
 ENV_PREFIX = "OUTBOX_"
@@ -42,6 +43,11 @@ class OutboxSettings:
             per core (16 threads on PostgreSQL in the benchmark: 290 -> 317 txn/s). It adds
             at most that much to the time a committed message takes to reach its real topic.
             Env: ``OUTBOX_OP_LINGER_MS``.
+        half_schema_version: the version of the half records' headers this producer writes.
+            Defaults to 2 (one packed ``outbox-half`` header). Set 1 while a relay, checker,
+            audit or CLI older than version 2 still reads the topics (they read version 1
+            only); readers read both, so upgrade them first, then producers, then drop this.
+            Env: ``OUTBOX_HALF_SCHEMA_VERSION``.
         kafka: extra librdkafka settings for the producer (passed through untouched).
     """
 
@@ -56,6 +62,7 @@ class OutboxSettings:
     wait_for_op: bool = False
     op_timeout_s: float = 5.0
     op_linger_ms: float = 5.0
+    half_schema_version: int = HALF_SCHEMA_VERSION
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -65,6 +72,18 @@ class OutboxSettings:
             raise ConfigurationError(
                 f"producer_group={self.producer_group!r} must be 1-249 characters; "
                 "set OUTBOX_PRODUCER_GROUP to your service's name"
+            )
+        if any(ord(c) < 32 or ord(c) == 127 for c in self.producer_group):
+            raise ConfigurationError(
+                f"producer_group={self.producer_group!r} contains a control character; "
+                "name the group with printable characters (it is written into every half "
+                "record, log line and metric)"
+            )
+        if self.half_schema_version not in HALF_SCHEMA_VERSIONS:
+            raise ConfigurationError(
+                f"half_schema_version={self.half_schema_version!r} is not one this library "
+                f"writes; use one of {', '.join(map(str, HALF_SCHEMA_VERSIONS))} "
+                "(OUTBOX_HALF_SCHEMA_VERSION)"
             )
         for name in ("partitions", "max_message_bytes", "send_attempts"):
             if getattr(self, name) < 1:

@@ -74,10 +74,17 @@ class DeadLetter:
     reason: str
     source_offset: int
     index: int
+    #: The half record it holds (read from its own headers); None if they do not read as one.
+    half: HalfRecord | None
 
     def original_headers(self) -> Headers:
         """The half record's own headers: every ``outbox-dl-*`` header taken off."""
-        return [(n, v) for n, v in self.headers if not n.startswith("outbox-dl-")]
+        return original_headers(self.headers)
+
+
+def original_headers(headers: Headers) -> Headers:
+    """A dead letter's headers without the ``outbox-dl-*`` ones it was given."""
+    return [(n, v) for n, v in headers if not n.startswith("outbox-dl-")]
 
 
 @dataclass(frozen=True)
@@ -219,6 +226,16 @@ def read_dead_letters(
         if resumed is not None and reason is None:
             markers.append(Marker(*where(msg), _int(resumed)))
         elif reason is not None:
+            source_offset = _int(header(headers, DeadLetterHeader.SOURCE_OFFSET.value))
+            try:
+                half: HalfRecord | None = decode_half(
+                    value=msg.value(),
+                    headers=original_headers(headers),
+                    partition=where(msg)[0],
+                    offset=source_offset,
+                )
+            except ProtocolError:
+                half = None
             letters.append(
                 DeadLetter(
                     partition=where(msg)[0],
@@ -227,8 +244,9 @@ def read_dead_letters(
                     value=msg.value(),
                     headers=headers,
                     reason=reason,
-                    source_offset=_int(header(headers, DeadLetterHeader.SOURCE_OFFSET.value)),
-                    index=_int(header(headers, Header.MESSAGE_INDEX.value)),
+                    source_offset=source_offset,
+                    index=-1 if half is None else half.index,
+                    half=half,
                 )
             )
     return letters, markers

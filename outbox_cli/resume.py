@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from outbox.protocol.dead_letter import DeadLetterHeader
-from outbox.protocol.headers import Header
+from outbox.protocol.half import copy_headers
 from outbox.protocol.op import OpRecord, encode_op
 from outbox.protocol.states import DecidedBy, OpState
 from outbox.protocol.topics import TopicNames
@@ -94,21 +94,15 @@ def plan(
             f"transaction {txn_id} is GIVEN_UP but has no dead letters in "
             f"{names.dead_letter}[{partition}] since {iso(since)}; nothing to put back"
         )
+    unreadable = [letter for letter in letters if letter.half is None]
+    if unreadable:
+        raise RefusedError(
+            f"transaction {txn_id}: the dead letter at {names.dead_letter}[{partition}]@"
+            f"{unreadable[0].offset} does not hold a readable half record (its outbox headers "
+            "are missing or of an unknown schema version); upgrade kafka-outbox, or put the "
+            "record back by hand"
+        )
     return history, letters
-
-
-def copy_headers(letter: DeadLetter) -> list[tuple[str, str | bytes | None]]:
-    """The original half headers, check count 0, origin offset = the original offset."""
-    replace = {
-        Header.CHECK_COUNT.value: b"0",
-        Header.ORIGIN_OFFSET.value: str(letter.source_offset).encode(),
-    }
-    headers: list[tuple[str, str | bytes | None]] = [
-        (n, replace.get(n, v)) for n, v in letter.original_headers()
-    ]
-    present = {n for n, _ in headers}
-    headers += [(n, v) for n, v in replace.items() if n not in present]
-    return headers
 
 
 def resume(
@@ -162,11 +156,12 @@ def _write(
     _call(producer.begin_transaction)
     try:
         for letter in letters:
+            assert letter.half is not None  # plan() refused letters without one
             producer.produce(
                 names.half,
                 key=history.txn_id.encode(),
                 value=letter.value,
-                headers=list(copy_headers(letter)),
+                headers=list(copy_headers(letter.half, check_count=0)),
                 partition=partition,
                 on_delivery=delivered("half"),
             )

@@ -20,7 +20,12 @@ from pyspark.sql import types as T
 
 from checker.audit.plan import InRange
 from outbox.protocol.dead_letter import DeadLetterHeader
-from outbox.protocol.headers import SCHEMA_VERSION, Header
+from outbox.protocol.headers import (
+    FIELD_SEPARATOR,
+    HALF_FIELDS,
+    SCHEMA_VERSION,
+    Header,
+)
 from outbox.protocol.states import DecidedBy, OpState
 
 UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
@@ -78,6 +83,30 @@ def header_int(name: str, kind: str = "long") -> Column:
     return header_text(name).try_cast(kind)
 
 
+#: The column that holds the fields of a version-2 half record's ``outbox-half`` header (null
+#: on version 1 and on records without one); see :func:`with_half_fields`.
+HALF_FIELDS_COLUMN = "half_fields"
+
+
+def with_half_fields(df: DataFrame) -> DataFrame:
+    """Split ``outbox-half`` once per record (after :func:`with_header_map`)."""
+    packed = header(Header.HALF).cast("string")
+    return df.withColumn(HALF_FIELDS_COLUMN, F.split(packed, FIELD_SEPARATOR.decode(), -1))
+
+
+def half_text(name: str, v1_header: str) -> Column:
+    """A field of a half record of either version: from ``outbox-half`` when it has one (an
+    empty optional field reads as null), else from the version-1 header ``v1_header``."""
+    packed = F.try_element_at(F.col(HALF_FIELDS_COLUMN), F.lit(HALF_FIELDS.index(name) + 1))
+    return F.when(
+        F.col(HALF_FIELDS_COLUMN).isNotNull(), F.when(packed != F.lit(""), packed)
+    ).otherwise(header_text(v1_header))
+
+
+def half_int(name: str, v1_header: str, kind: str = "long") -> Column:
+    return half_text(name, v1_header).try_cast(kind)
+
+
 def in_range_column(spec: InRange) -> Column:
     """True for rows (with ``ts_ms``, ``partition``, ``offset``) inside the audited range."""
     condition: Column = F.lit(True)
@@ -106,6 +135,10 @@ def _located(raw: DataFrame, spec: InRange, as_of_ms: int) -> DataFrame:
     return with_header_map(located.withColumn("in_range", in_range_column(spec)))
 
 
+def _located_halves(raw: DataFrame, spec: InRange, as_of_ms: int) -> DataFrame:
+    return with_half_fields(_located(raw, spec, as_of_ms))
+
+
 def _first_problem(*checks: tuple[Column, Column | str]) -> Column:
     """The text of the first failed check, null when all pass."""
     result: Column = F.lit(None).cast("string")
@@ -117,15 +150,16 @@ def _first_problem(*checks: tuple[Column, Column | str]) -> Column:
 
 def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
     """One row per half record (put-back copies included, ``origin_offset`` set on those)."""
-    df = _located(raw, spec, as_of_ms).select(
-        header_text(Header.SCHEMA_VERSION).alias("schema_version"),
-        header_text(Header.TXN_ID).alias("txn_id"),
-        header_text(Header.PRODUCER_GROUP).alias("producer_group"),
-        header_text(Header.REAL_TOPIC).alias("real_topic"),
+    df = _located_halves(raw, spec, as_of_ms).select(
+        half_text("schema_version", Header.SCHEMA_VERSION).alias("schema_version"),
+        F.size(HALF_FIELDS_COLUMN).alias("field_count"),
+        half_text("txn_id", Header.TXN_ID).alias("txn_id"),
+        half_text("producer_group", Header.PRODUCER_GROUP).alias("producer_group"),
+        half_text("real_topic", Header.REAL_TOPIC).alias("real_topic"),
         header(Header.REAL_KEY).alias("real_key"),
-        header_int(Header.MESSAGE_INDEX, "int").alias("message_index"),
-        header_int(Header.MESSAGE_COUNT, "int").alias("message_count"),
-        header_int(Header.CHECK_COUNT, "int").alias("check_count"),
+        half_int("message_index", Header.MESSAGE_INDEX, "int").alias("message_index"),
+        half_int("message_count", Header.MESSAGE_COUNT, "int").alias("message_count"),
+        half_int("check_count", Header.CHECK_COUNT, "int").alias("check_count"),
         header_int(Header.ORIGIN_OFFSET).alias("origin_offset"),
         header_text(Header.ORIGIN_OFFSET).alias("origin_text"),
         "partition",
@@ -135,10 +169,19 @@ def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
     )
     version = F.col("schema_version")
     problem = _first_problem(
-        (version.isNull(), f"no {Header.SCHEMA_VERSION.value} header"),
+        (version.isNull(), f"no {Header.HALF.value} or {Header.SCHEMA_VERSION.value} header"),
         (
-            version != F.lit(str(SCHEMA_VERSION)),
+            # "2" only in outbox-half, "1" only in outbox-schema-version (as decode_half reads)
+            version != F.when(F.col("field_count").isNotNull(), F.lit("2")).otherwise(F.lit("1")),
             F.concat(F.lit("unknown schema version "), version),
+        ),
+        (
+            F.coalesce(F.col("field_count"), F.lit(len(HALF_FIELDS))) != F.lit(len(HALF_FIELDS)),
+            F.concat(
+                F.lit(f"header {Header.HALF.value} has "),
+                F.col("field_count").cast("string"),
+                F.lit(f" fields, not {len(HALF_FIELDS)}"),
+            ),
         ),
         (~F.coalesce(F.col("txn_id").rlike(UUID_PATTERN), F.lit(False)), "bad outbox-txn-id"),
         (F.col("producer_group").isNull(), f"no {Header.PRODUCER_GROUP.value} header"),
@@ -149,7 +192,7 @@ def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
             f"bad {Header.ORIGIN_OFFSET.value} header",
         ),
     )
-    return df.withColumn("problem", problem).drop("schema_version", "origin_text")
+    return df.withColumn("problem", problem).drop("schema_version", "field_count", "origin_text")
 
 
 def ops(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
@@ -226,10 +269,10 @@ def dead_letters(raw: DataFrame, *, as_of_ms: int) -> DataFrame:
     """Dead letters that name a transaction: the given-up messages, with the reason."""
     located = with_header_map(raw.withColumn("ts_ms", F.unix_millis(F.col("timestamp"))))
     return (
-        located.filter(F.col("ts_ms") <= F.lit(as_of_ms))
+        with_half_fields(located.filter(F.col("ts_ms") <= F.lit(as_of_ms)))
         .select(
-            header_text(Header.TXN_ID).alias("txn_id"),
-            header_int(Header.MESSAGE_INDEX, "int").alias("message_index"),
+            half_text("txn_id", Header.TXN_ID).alias("txn_id"),
+            half_int("message_index", Header.MESSAGE_INDEX, "int").alias("message_index"),
             header_text(DeadLetterHeader.REASON).alias("reason"),
             "partition",
             "offset",

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from outbox.protocol.half import HalfMessage, HalfRecord, decode_half, encode_half_headers
 from outbox.protocol.headers import (
+    HALF_FIELDS,
     HALF_HEADERS,
+    HALF_SCHEMA_VERSION,
+    HALF_SCHEMA_VERSIONS,
     PROMOTED_HEADERS,
     RESERVED_HEADER_PREFIX,
     SCHEMA_VERSION,
@@ -21,7 +24,10 @@ from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
 from outbox.protocol.topics import TopicNames, topic_settings
 
 __all__ = [
+    "HALF_FIELDS",
     "HALF_HEADERS",
+    "HALF_SCHEMA_VERSION",
+    "HALF_SCHEMA_VERSIONS",
     "PROMOTED_HEADERS",
     "RESERVED_HEADER_PREFIX",
     "SCHEMA_VERSION",

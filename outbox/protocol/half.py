@@ -12,7 +12,15 @@ from dataclasses import dataclass, field
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
 from outbox.protocol.frozen import frozen
-from outbox.protocol.headers import HALF_HEADERS, RESERVED_HEADER_PREFIX, SCHEMA_VERSION, Header
+from outbox.protocol.headers import (
+    FIELD_SEPARATOR,
+    HALF_FIELDS,
+    HALF_HEADERS,
+    HALF_SCHEMA_VERSION,
+    HALF_SCHEMA_VERSIONS,
+    RESERVED_HEADER_PREFIX,
+    Header,
+)
 from outbox.protocol.ids import validate_transaction_id
 
 HeaderList = list[tuple[str, bytes]]
@@ -42,6 +50,8 @@ class HalfRecord:
     check_immunity_s: int | None = None
     #: Set on a put-back copy: the offset of the original half record.
     origin_offset: int | None = None
+    #: The version its headers were written in; a copy is written in the same one.
+    schema_version: int = HALF_SCHEMA_VERSION
     # Where it was read from; the broker's timestamp (LogAppendTime on the half topic).
     partition: int = -1
     offset: int = -1
@@ -58,39 +68,9 @@ class HalfRecord:
         return self.origin_offset is not None
 
 
-def encode_half_headers(
-    *,
-    txn_id: str,
-    producer_group: str,
-    message: HalfMessage,
-    index: int,
-    count: int | None,
-    created_at_ms: int,
-    check_count: int = 0,
-    check_immunity_s: int | None = None,
-) -> HeaderList:
-    """The headers of one half record: the user's first, ours after."""
-    headers: HeaderList = list(message.headers)
-    headers += [
-        (Header.SCHEMA_VERSION.value, str(SCHEMA_VERSION).encode()),
-        (Header.TXN_ID.value, txn_id.encode()),
-        (Header.PRODUCER_GROUP.value, producer_group.encode()),
-        (Header.REAL_TOPIC.value, message.topic.encode()),
-        (Header.MESSAGE_INDEX.value, str(index).encode()),
-        (Header.CREATED_AT.value, str(created_at_ms).encode()),
-        (Header.CHECK_COUNT.value, str(check_count).encode()),
-    ]
-    if message.key is not None:
-        headers.append((Header.REAL_KEY.value, message.key))
-    if count is not None:
-        headers.append((Header.MESSAGE_COUNT.value, str(count).encode()))
-    if check_immunity_s is not None:
-        headers.append((Header.CHECK_IMMUNITY_S.value, str(check_immunity_s).encode()))
-    return headers
-
-
 # Plain strings: an enum member's ``.value`` costs a descriptor call, and this is the relay's
 # hottest path (one call per half record read).
+_HALF = Header.HALF.value
 _SCHEMA = Header.SCHEMA_VERSION.value
 _TXN = Header.TXN_ID.value
 _GROUP = Header.PRODUCER_GROUP.value
@@ -102,7 +82,79 @@ _CREATED = Header.CREATED_AT.value
 _CHECKS = Header.CHECK_COUNT.value
 _IMMUNITY = Header.CHECK_IMMUNITY_S.value
 _ORIGIN = Header.ORIGIN_OFFSET.value
-_VERSION = str(SCHEMA_VERSION).encode()
+_V1 = b"1"
+_V2 = b"2"
+_SEP = FIELD_SEPARATOR
+
+
+def encode_half_headers(
+    *,
+    txn_id: str,
+    producer_group: str,
+    message: HalfMessage,
+    index: int,
+    count: int | None,
+    created_at_ms: int,
+    check_count: int = 0,
+    check_immunity_s: int | None = None,
+    schema_version: int = HALF_SCHEMA_VERSION,
+) -> HeaderList:
+    """The headers of one half record: the user's first, ours after.
+
+    Raises:
+        UnknownSchemaVersionError: ``schema_version`` is not one of :data:`HALF_SCHEMA_VERSIONS`.
+        ProtocolError: the producer group contains the field separator (a control character).
+    """
+    headers: HeaderList = list(message.headers)
+    if schema_version == 2:
+        group = producer_group.encode()
+        if _SEP in group:
+            raise ProtocolError(
+                f"producer group {producer_group!r} contains a control character (\\x1f); "
+                "name the group with printable characters"
+            )
+        headers.append(
+            (
+                _HALF,
+                _SEP.join(
+                    (
+                        b"2",
+                        txn_id.encode(),
+                        group,
+                        message.topic.encode(),
+                        str(index).encode(),
+                        str(created_at_ms).encode(),
+                        str(check_count).encode(),
+                        b"" if count is None else str(count).encode(),
+                        b"" if check_immunity_s is None else str(check_immunity_s).encode(),
+                    )
+                ),
+            )
+        )
+        if message.key is not None:
+            headers.append((_KEY, message.key))
+        return headers
+    if schema_version != 1:
+        raise UnknownSchemaVersionError(
+            f"half schema version {schema_version!r} is not one this code writes; "
+            f"use one of {', '.join(map(str, HALF_SCHEMA_VERSIONS))}"
+        )
+    headers += [
+        (_SCHEMA, _V1),
+        (_TXN, txn_id.encode()),
+        (_GROUP, producer_group.encode()),
+        (_TOPIC, message.topic.encode()),
+        (_INDEX, str(index).encode()),
+        (_CREATED, str(created_at_ms).encode()),
+        (_CHECKS, str(check_count).encode()),
+    ]
+    if message.key is not None:
+        headers.append((_KEY, message.key))
+    if count is not None:
+        headers.append((_COUNT, str(count).encode()))
+    if check_immunity_s is not None:
+        headers.append((_IMMUNITY, str(check_immunity_s).encode()))
+    return headers
 
 
 def decode_half(
@@ -113,11 +165,12 @@ def decode_half(
     offset: int = -1,
     timestamp_ms: int = -1,
 ) -> HalfRecord:
-    """Read a half record back.
+    """Read a half record back, of any version in :data:`HALF_SCHEMA_VERSIONS`.
 
     Raises:
-        UnknownSchemaVersionError: the schema version header is missing or not one we know.
-        ProtocolError: a required header is missing or malformed.
+        UnknownSchemaVersionError: the record carries neither ``outbox-half`` nor a schema
+            version header, or names a version we do not know.
+        ProtocolError: a required field is missing or malformed.
     """
     ours: dict[str, bytes] = {}
     user: list[tuple[str, bytes]] = []
@@ -146,11 +199,70 @@ def decode_half(
             ours[name] = data
         else:
             user.append((name, data))
+    packed = ours.get(_HALF)
+    if packed is not None:
+        fields = packed.split(_SEP)
+        where = f"half record at partition {partition} offset {offset}"  # for errors
+        if fields[0] != _V2:
+            raise UnknownSchemaVersionError(
+                f"{where} has schema version {fields[0][:20]!r} in its {_HALF} header; this "
+                "code reads versions 1 and 2 - upgrade the reader"
+            )
+        if len(fields) != len(HALF_FIELDS):
+            raise ProtocolError(
+                f"{where}: header {_HALF} has {len(fields)} fields; version 2 has "
+                f"{len(HALF_FIELDS)} ({', '.join(HALF_FIELDS)})"
+            )
+        _, txn, group, topic, index, created, checks, count, immunity = fields
+        try:
+            return frozen(
+                HalfRecord,
+                {
+                    "txn_id": validate_transaction_id(txn.decode()),
+                    "producer_group": group.decode(),
+                    "message": frozen(
+                        HalfMessage,
+                        {
+                            "topic": topic.decode(),
+                            "value": value,
+                            "key": ours.get(_KEY),
+                            "headers": tuple(user),
+                        },
+                    ),
+                    "index": int(index),
+                    "count": int(count) if count else None,
+                    "created_at_ms": int(created),
+                    "check_count": int(checks),
+                    "check_immunity_s": int(immunity) if immunity else None,
+                    "origin_offset": int(ours[_ORIGIN]) if _ORIGIN in ours else None,
+                    "schema_version": 2,
+                    "partition": partition,
+                    "offset": offset,
+                    "timestamp_ms": timestamp_ms,
+                    "raw_headers": tuple(normalized),
+                },
+            )
+        except (UnicodeDecodeError, ValueError) as err:
+            for field_name, raw in zip(HALF_FIELDS, fields, strict=True):
+                if field_name in _TEXT_FIELDS:
+                    try:
+                        raw.decode()
+                    except UnicodeDecodeError:
+                        raise ProtocolError(f"{where}: {field_name} is not UTF-8") from err
+                elif (raw or field_name not in _OPTIONAL_FIELDS) and not raw.isdigit():
+                    raise ProtocolError(
+                        f"{where}: {field_name}={raw[:40]!r} is not a decimal integer"
+                    ) from err
+            if _ORIGIN in ours:
+                _int(ours, Header.ORIGIN_OFFSET, where)
+            raise ProtocolError(f"{where}: {err}") from err
     version = ours.get(_SCHEMA)
-    if version != _VERSION:
+    where = f"half record at partition {partition} offset {offset}"
+    if version != _V1:
         raise UnknownSchemaVersionError(
-            f"half record at partition {partition} offset {offset} has schema version "
-            f"{version!r}; this code reads version {SCHEMA_VERSION} only - upgrade the reader"
+            f"{where} has schema version {version!r}"
+            + (f" and no {_HALF} header" if version is None else "")
+            + "; this code reads versions 1 and 2 - upgrade the reader"
         )
     try:
         return frozen(
@@ -173,6 +285,7 @@ def decode_half(
                 "check_count": int(ours[_CHECKS]),
                 "check_immunity_s": int(ours[_IMMUNITY]) if _IMMUNITY in ours else None,
                 "origin_offset": int(ours[_ORIGIN]) if _ORIGIN in ours else None,
+                "schema_version": 1,
                 "partition": partition,
                 "offset": offset,
                 "timestamp_ms": timestamp_ms,
@@ -181,7 +294,6 @@ def decode_half(
         )
     except (KeyError, UnicodeDecodeError, ValueError) as err:
         # The fast path failed: name exactly what is wrong.
-        where = f"half record at partition {partition} offset {offset}"
         for header in HALF_HEADERS:
             _text(ours, header, where)
         for header in (*HALF_HEADERS, Header.MESSAGE_COUNT, Header.CHECK_IMMUNITY_S):
@@ -195,10 +307,31 @@ def decode_half(
         raise ProtocolError(f"{where}: {err}") from err
 
 
-def copy_headers(record: HalfRecord) -> HeaderList:
-    """The headers of a put-back copy of ``record``: its own, with the origin offset set."""
-    headers = [(n, v) for n, v in record.raw_headers if n != Header.ORIGIN_OFFSET.value]
-    headers.append((Header.ORIGIN_OFFSET.value, str(record.original_offset).encode()))
+_TEXT_FIELDS = frozenset({"schema_version", "txn_id", "producer_group", "real_topic"})
+_OPTIONAL_FIELDS = frozenset({"message_count", "check_immunity_s"})
+
+
+def copy_headers(record: HalfRecord, *, check_count: int | None = None) -> HeaderList:
+    """The headers of a put-back copy of ``record``: its own, with the origin offset set, in its
+    own schema version (a reader not yet upgraded must not meet a newer copy of an older record).
+
+    ``check_count``: write this check count instead of the record's (``resume`` starts over).
+    """
+    if check_count is None or check_count == record.check_count:
+        headers = [(n, v) for n, v in record.raw_headers if n != _ORIGIN]
+    else:
+        headers = encode_half_headers(
+            txn_id=record.txn_id,
+            producer_group=record.producer_group,
+            message=record.message,
+            index=record.index,
+            count=record.count,
+            created_at_ms=record.created_at_ms,
+            check_count=check_count,
+            check_immunity_s=record.check_immunity_s,
+            schema_version=record.schema_version,
+        )
+    headers.append((_ORIGIN, str(record.original_offset).encode()))
     return headers
 
 

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from outbox.protocol import (
+    HALF_FIELDS,
+    HALF_SCHEMA_VERSION,
     SCHEMA_VERSION,
     DecidedBy,
     Header,
     OpRecord,
     OpState,
     TopicNames,
+    decode_half,
     encode_op,
     topic_settings,
 )
@@ -34,6 +38,27 @@ def test_every_op_state_and_decider_is_documented(state: OpState | DecidedBy) ->
 def test_schema_version_is_the_documented_one() -> None:
     assert f"schema version {SCHEMA_VERSION}" in DOC
     assert f'"v": {SCHEMA_VERSION}' in DOC
+
+
+def test_every_half_field_is_documented_and_the_example_reads_as_written() -> None:
+    assert f"half records: schema version {HALF_SCHEMA_VERSION}" in DOC
+    for number, name in enumerate(HALF_FIELDS, start=1):
+        assert f"| {number} | `{name}` |" in DOC, name
+    example = re.search(r"Example \(`␟` is the byte `0x1f`\): `([^`]+)`", DOC)
+    assert example is not None
+    packed = example.group(1).replace("␟", "\x1f").encode()
+    record = decode_half(value=b"v", headers=[("outbox-half", packed)])
+    assert (record.schema_version, record.producer_group, record.message.topic) == (
+        2,
+        "orders",
+        "orders-events",
+    )
+    assert (record.index, record.check_count, record.count, record.check_immunity_s) == (
+        0,
+        0,
+        1,
+        None,
+    )
 
 
 def test_every_topic_and_its_settings_are_documented() -> None:

@@ -69,6 +69,18 @@ def test_services_share_the_bootstrap_variable_and_their_own_prefix_wins() -> No
             },
             r"op_linger_ms=-1.0 must be between 0 and 900000",
         ),
+        (
+            {"OUTBOX_BOOTSTRAP_SERVERS": "k", "OUTBOX_PRODUCER_GROUP": "orders\x1f"},
+            r"producer_group='orders\\x1f' contains a control character",
+        ),
+        (
+            {
+                "OUTBOX_BOOTSTRAP_SERVERS": "k",
+                "OUTBOX_PRODUCER_GROUP": "g",
+                "OUTBOX_HALF_SCHEMA_VERSION": "3",
+            },
+            r"half_schema_version=3 is not one this library writes; use one of 1, 2",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable_and_the_value(env: dict[str, str], message: str) -> None:

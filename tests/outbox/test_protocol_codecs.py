@@ -9,6 +9,8 @@ import pytest
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
 from outbox.protocol import (
+    HALF_FIELDS,
+    HALF_SCHEMA_VERSIONS,
     DecidedBy,
     HalfMessage,
     HalfRecord,
@@ -21,21 +23,43 @@ from outbox.protocol import (
     new_transaction_id,
     validate_transaction_id,
 )
+from outbox.protocol.half import copy_headers
 
 TXN = new_transaction_id()
 
 
-def headers(**changes: bytes | None) -> list[tuple[str, bytes]]:
+def headers(version: int = 1, **changes: bytes | None) -> list[tuple[str, bytes]]:
+    """A half record's headers of ``version``, with the named headers replaced (None: left out)."""
     message = HalfMessage("orders", b"v", b"k", (("app", b"1"),))
     pairs = encode_half_headers(
-        txn_id=TXN, producer_group="g", message=message, index=2, count=3, created_at_ms=7
+        txn_id=TXN,
+        producer_group="g",
+        message=message,
+        index=2,
+        count=3,
+        created_at_ms=7,
+        schema_version=version,
     )
     out = [(n, changes.get(n, v)) for n, v in pairs if changes.get(n, v) is not None]
     return out  # type: ignore[return-value]
 
 
-def test_a_half_record_round_trips_with_the_users_headers_first() -> None:
-    record = decode_half(value=b"v", headers=headers(), partition=1, offset=9)
+def packed(**changes: bytes | None) -> list[tuple[str, bytes]]:
+    """Version-2 headers with the named fields of ``outbox-half`` replaced (None: left out)."""
+    out = []
+    for name, value in headers(2):
+        if name == "outbox-half":
+            fields = dict(zip(HALF_FIELDS, value.split(b"\x1f"), strict=True)) | changes
+            value = b"\x1f".join(v for v in fields.values() if v is not None)
+        out.append((name, value))
+    return out
+
+
+@pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
+def test_a_half_record_round_trips_with_the_users_headers_first(version: int) -> None:
+    written = headers(version)
+    assert written[0] == ("app", b"1")
+    record = decode_half(value=b"v", headers=written, partition=1, offset=9)
     assert (record.txn_id, record.index, record.count, record.message.topic) == (
         TXN,
         2,
@@ -44,6 +68,30 @@ def test_a_half_record_round_trips_with_the_users_headers_first() -> None:
     )
     assert record.message.key == b"k" and record.message.headers == (("app", b"1"),)
     assert record.original_offset == 9 and not record.is_copy
+    assert record.schema_version == version
+
+
+def test_version_2_packs_the_fields_into_one_header_and_keeps_the_key_apart() -> None:
+    names = [name for name, _ in headers(2)]
+    assert names == ["app", "outbox-half", "outbox-real-key"]
+    keyless = HalfMessage("orders", b"v", None)
+    pairs = encode_half_headers(
+        txn_id=TXN, producer_group="g", message=keyless, index=0, count=None, created_at_ms=7
+    )
+    assert [n for n, _ in pairs] == ["outbox-half"]
+    record = decode_half(value=None, headers=pairs)
+    assert (record.message.key, record.count, record.check_immunity_s) == (None, None, None)
+
+
+@pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
+def test_a_copy_is_written_in_its_originals_version(version: int) -> None:
+    original = decode_half(value=b"v", headers=headers(version), partition=1, offset=9)
+    copy = decode_half(value=b"v", headers=copy_headers(original), partition=1, offset=20)
+    assert (copy.schema_version, copy.origin_offset, copy.check_count) == (version, 9, 0)
+    again = copy_headers(copy, check_count=4)  # resume: same version, count set, origin kept
+    reread = decode_half(value=b"v", headers=again, partition=1, offset=30)
+    assert (reread.schema_version, reread.origin_offset, reread.check_count) == (version, 9, 4)
+    assert reread.message == original.message and reread.index == original.index
 
 
 @pytest.mark.parametrize(
@@ -63,9 +111,53 @@ def test_a_malformed_half_record_is_refused_naming_the_header(
     assert "partition 1 offset 9" in str(raised.value) or "UUID" in message
 
 
-def test_an_unknown_schema_version_is_refused_never_guessed() -> None:
-    with pytest.raises(UnknownSchemaVersionError, match="schema version b'2'"):
-        decode_half(value=b"v", headers=headers(**{"outbox-schema-version": b"2"}))
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"txn_id": None}, "outbox-half has 8 fields; version 2 has 9"),
+        ({"message_index": b"two"}, "message_index=b'two' is not a decimal integer"),
+        ({"message_count": b"-"}, "message_count=b'-' is not a decimal integer"),
+        ({"txn_id": b"NOT-A-UUID"}, "'NOT-A-UUID' is not a UUID"),
+        ({"real_topic": b"\xff"}, "real_topic is not UTF-8"),
+    ],
+)
+def test_a_malformed_version_2_record_is_refused_naming_the_field(
+    change: dict[str, bytes | None], message: str
+) -> None:
+    with pytest.raises(ProtocolError, match=message.replace("(", r"\(")) as raised:
+        decode_half(value=b"v", headers=packed(**change), partition=1, offset=9)
+    assert "partition 1 offset 9" in str(raised.value) or "UUID" in message
+
+
+def test_a_bad_origin_offset_on_a_version_2_copy_is_refused() -> None:
+    bad = [*packed(), ("outbox-origin-offset", b"x")]
+    with pytest.raises(ProtocolError, match="outbox-origin-offset='x' is not an integer"):
+        decode_half(value=b"v", headers=bad, partition=1, offset=9)
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        (headers(1, **{"outbox-schema-version": b"3"}), "schema version b'3';"),
+        (packed(schema_version=b"3"), "schema version b'3' in its outbox-half header"),
+        ([("app", b"1")], "schema version None and no outbox-half header"),
+    ],
+    ids=["version-1-header", "outbox-half", "neither"],
+)
+def test_an_unknown_schema_version_is_refused_never_guessed(
+    written: list[tuple[str, bytes]], message: str
+) -> None:
+    with pytest.raises(UnknownSchemaVersionError, match=message):
+        decode_half(value=b"v", headers=written)
+
+
+def test_a_version_no_reader_knows_is_never_written_nor_a_group_the_fields_cannot_hold() -> None:
+    message = HalfMessage("orders", b"v", None)
+    common = {"txn_id": TXN, "message": message, "index": 0, "count": 1, "created_at_ms": 7}
+    with pytest.raises(UnknownSchemaVersionError, match="use one of 1, 2"):
+        encode_half_headers(producer_group="g", schema_version=3, **common)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="contains a control character"):
+        encode_half_headers(producer_group="a\x1fb", **common)  # type: ignore[arg-type]
 
 
 def test_transaction_ids_must_be_canonical_lowercase_uuids() -> None:
@@ -89,10 +181,14 @@ def test_an_op_record_round_trips_and_a_bad_one_is_refused() -> None:
         decode_op(b"other", value)
 
 
-def test_decoded_records_are_what_their_constructors_build_every_field_set_and_frozen() -> None:
+@pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
+def test_decoded_records_are_what_their_constructors_build_every_field_set_and_frozen(
+    version: int,
+) -> None:
     # The decoders fill the instances directly (outbox.protocol.frozen); a field left out
     # there would read as the class default, which these comparisons would show.
-    record = decode_half(value=b"v", headers=headers(), partition=1, offset=9, timestamp_ms=5)
+    written = headers(version)
+    record = decode_half(value=b"v", headers=written, partition=1, offset=9, timestamp_ms=5)
     built = HalfRecord(
         txn_id=TXN,
         producer_group="g",
@@ -103,10 +199,11 @@ def test_decoded_records_are_what_their_constructors_build_every_field_set_and_f
         check_count=0,
         check_immunity_s=None,
         origin_offset=None,
+        schema_version=version,
         partition=1,
         offset=9,
         timestamp_ms=5,
-        raw_headers=tuple(headers()),
+        raw_headers=tuple(written),
     )
     assert record == built and hash(record) == hash(built)
     assert vars(record).keys() == {f.name for f in fields(HalfRecord)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 import sqlalchemy as sa
@@ -53,6 +54,35 @@ def test_commit_stores_the_row_the_evidence_the_half_and_a_commit_op(
         half.partition,
         (half.offset,),
     )
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_the_producer_writes_half_records_in_the_schema_version_it_is_set_to(
+    outbox_settings: OutboxSettings, session_factory: sessionmaker, topics: Topics, version: int
+) -> None:
+    # OUTBOX_HALF_SCHEMA_VERSION=1 keeps producers readable by readers not yet upgraded.
+    order_id = _id()
+    with OutboxProducer(replace(outbox_settings, half_schema_version=version)) as producer:
+
+        @outbox.transactional(producer=producer, session_factory=session_factory)
+        def place(order_id: str, *, session: Session) -> str:
+            session.execute(orders.insert().values(id=order_id, amount=5))
+            outbox.send("orders", b"{}", key=order_id, headers={"trace": "t1"})
+            outbox.send("orders", b"{}", key=None)
+            return outbox.current_transaction().txn_id
+
+        txn_id = place(order_id)
+
+    halves = [h for h in topics.halves() if h.txn_id == txn_id]
+    assert [h.schema_version for h in halves] == [version, version]
+    ours = {n for h in halves for n, _ in h.raw_headers if n.startswith("outbox-")}
+    assert ("outbox-half" in ours) is (version == 2)
+    assert ("outbox-txn-id" in ours) is (version == 1)
+    assert [(h.index, h.message.key, h.producer_group) for h in halves] == [
+        (0, order_id.encode(), "orders"),
+        (1, None, "orders"),
+    ]
+    assert halves[0].message.headers == (("trace", b"t1"),)
 
 
 def test_exception_rolls_back_the_db_writes_a_rollback_op_and_reraises(

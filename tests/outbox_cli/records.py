@@ -78,7 +78,15 @@ class Writer:
         self.group = group
         self.producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
 
-    def halves(self, topic: str, values: list[bytes], *, key: bytes = b"customer-1") -> Written:
+    def halves(
+        self,
+        topic: str,
+        values: list[bytes],
+        *,
+        key: bytes = b"customer-1",
+        check_count: int = 0,
+        schema_version: int = 2,
+    ) -> Written:
         txn_id = new_transaction_id()
         partition = partition_for(key, self.settings.partitions)
         offsets: list[int] = []
@@ -91,6 +99,8 @@ class Writer:
                 index=index,
                 count=len(values),
                 created_at_ms=int(time.time() * 1000),
+                check_count=check_count,
+                schema_version=schema_version,
             )
             self.producer.produce(
                 self.names.half,

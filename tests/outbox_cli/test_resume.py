@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 
 from outbox import OutboxSettings
-from outbox.protocol import Header, OpState, decode_half, decode_op, new_transaction_id
-from outbox.protocol.dead_letter import DeadLetterHeader
+from outbox.protocol import (
+    HALF_SCHEMA_VERSIONS,
+    DecidedBy,
+    Header,
+    OpState,
+    decode_half,
+    decode_op,
+    new_transaction_id,
+)
+from outbox.protocol.dead_letter import DeadLetterHeader, dead_letter_headers
 from outbox_cli import resume as resume_cmd
 from outbox_cli.errors import RefusedError
 from outbox_cli.kafka import Reader, connection
@@ -24,13 +33,17 @@ def headers(msg) -> dict[str, bytes]:
     return dict(msg.headers() or [])
 
 
+@pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
 def test_resume_puts_copies_a_resumed_op_and_a_marker_in_one_go_and_refuses_a_second_time(
-    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
+    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings, version: int
 ) -> None:
-    # Given a transaction the checker gave up: two halves, their dead letters, a GIVEN_UP op
+    # Given a transaction the checker gave up: two halves (checked twice, of schema `version`),
+    # their dead letters, a GIVEN_UP op
     names = outbox_settings.topics
     writer = Writer(outbox_settings)
-    txn = writer.halves("orders-resume", [b"first", b"second"])
+    txn = writer.halves(
+        "orders-resume", [b"first", b"second"], check_count=2, schema_version=version
+    )
     writer.give_up(txn)
     half_end = len(read_messages(outbox_settings.bootstrap_servers, names.half, txn.partition))
 
@@ -41,7 +54,8 @@ def test_resume_puts_copies_a_resumed_op_and_a_marker_in_one_go_and_refuses_a_se
     assert done.code == 0, done.err
     assert f"resumed transaction {txn.txn_id}: 2 message(s)" in done.out
     # And the half partition has one copy of each message: value, original headers less the
-    # dead-letter ones, check count 0, origin offset = the original's
+    # dead-letter ones, in the original's schema version, check count 0, origin offset = the
+    # original's
     halves = [
         m
         for m in read_messages(outbox_settings.bootstrap_servers, names.half, txn.partition)
@@ -51,13 +65,17 @@ def test_resume_puts_copies_a_resumed_op_and_a_marker_in_one_go_and_refuses_a_se
     assert [m.value() for m in copies] == [b"first", b"second"]
     assert all(m.offset() >= half_end for m in copies)
     for original, copy in zip(originals, copies, strict=True):
-        got, want = headers(copy), headers(original)
+        got = headers(copy)
         assert not any(n.startswith("outbox-dl-") for n in got)
-        assert got[Header.CHECK_COUNT.value] == b"0"
         assert got[Header.ORIGIN_OFFSET.value] == str(original.offset()).encode()
-        assert {k: v for k, v in got.items() if k != Header.ORIGIN_OFFSET.value} == want
         record = decode_half(value=copy.value(), headers=copy.headers(), offset=copy.offset())
+        was = decode_half(value=original.value(), headers=original.headers())
         assert (record.is_copy, record.original_offset) == (True, original.offset())
+        assert (record.check_count, was.check_count) == (0, 2)
+        assert record.schema_version == was.schema_version == version
+        assert replace(record, check_count=2, origin_offset=None) == replace(
+            was, offset=copy.offset(), raw_headers=record.raw_headers
+        )
     # And the latest op is RESUMED (decided by the checker, naming the copies), not terminal
     ops = [
         decode_op(m.key(), m.value())
@@ -120,6 +138,49 @@ def test_resume_refuses_a_committed_transaction_naming_its_state(
     refused = cli("resume", txn.txn_id, env=operator_env)
     assert refused.code == 5
     assert "is COMMIT, not GIVEN_UP" in refused.err
+
+
+def test_resume_refuses_a_dead_letter_it_cannot_read_as_a_half_record_and_writes_nothing(
+    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
+) -> None:
+    # Given a given-up transaction whose dead letter holds a half record of a newer schema
+    names = outbox_settings.topics
+    writer = Writer(outbox_settings)
+    txn = writer.halves("orders-resume", [b"x"])
+    [half] = [
+        m
+        for m in read_messages(outbox_settings.bootstrap_servers, names.half, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    future = [(n, b"3" + v[1:] if n == "outbox-half" else v) for n, v in half.headers()]
+    writer.producer.produce(
+        names.dead_letter,
+        key=txn.txn_id.encode(),
+        value=half.value(),
+        headers=dead_letter_headers(
+            future,
+            reason="still UNKNOWN after 15 checks",
+            source_topic=names.half,
+            source_partition=txn.partition,
+            source_offset=half.offset(),
+        ),
+        partition=txn.partition,
+    )
+    assert writer.producer.flush(30) == 0
+    writer.op(txn, OpState.GIVEN_UP, by=DecidedBy.CHECKER, reason="still UNKNOWN")
+    halves_before = len(read_messages(outbox_settings.bootstrap_servers, names.half))
+
+    refused = cli("resume", txn.txn_id, env=operator_env)
+
+    assert refused.code == 5
+    assert "does not hold a readable half record" in refused.err
+    assert len(read_messages(outbox_settings.bootstrap_servers, names.half)) == halves_before
+    ops = [
+        decode_op(m.key(), m.value())
+        for m in read_messages(outbox_settings.bootstrap_servers, names.op, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    assert [o.state for o in ops if o is not None] == [OpState.GIVEN_UP]
 
 
 def test_resume_of_an_unknown_transaction_exits_4(

@@ -58,6 +58,7 @@ class Stream:
         self.commit_order: dict[bytes, list[str]] = defaultdict(list)
         self.real_topic = unique("relayed")  # tests share the broker, not their real topic
         self.padding = 0  # bytes added to each value written from now on
+        self.schema_version = 2  # of the half records written from now on
         create_topic(bootstrap, self.real_topic, partitions=3)
 
     def write(self, batch: list[tuple[bytes, int, OpState]]) -> None:
@@ -81,6 +82,7 @@ class Stream:
                     index=index,
                     count=count,
                     created_at_ms=0,
+                    schema_version=self.schema_version,
                 )
                 self.producer.produce(
                     self.settings.topics.half,
@@ -222,6 +224,25 @@ def test_relay_promotes_committed_and_drops_rolled_back_transactions(
     headers = dict(first.headers())
     assert headers[Header.PRODUCER_GROUP] == b"g"
     assert first.value() == f"{headers[Header.TXN_ID].decode()}/0".encode()
+
+
+def test_half_records_of_both_schema_versions_are_promoted_once_each_in_commit_order(
+    kafka_bootstrap: str, stream: Stream, relay: RelayThread
+) -> None:
+    # A rolling upgrade: producers still on version 1 beside upgraded ones, on the same keys.
+    for version in (1, 2, 1, 2):
+        stream.schema_version = version
+        stream.write(
+            [(b"a", 2, OpState.COMMIT), (b"b", 1, OpState.ROLLBACK), (b"c", 3, OpState.COMMIT)]
+        )
+    wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
+    time.sleep(1)
+    seen = delivered(kafka_bootstrap, stream)
+    assert set(seen) == expected(stream) and set(seen.values()) == {1}
+    assert promotion_order(kafka_bootstrap, stream.real_topic) == {
+        key: txns for key, txns in stream.commit_order.items()
+    }
+    assert relay.relay.totals()["bad_records"] == 0
 
 
 @pytest.mark.parametrize("caught_up_commits", [True, False])

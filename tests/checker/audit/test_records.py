@@ -10,7 +10,12 @@ import pytest
 from checker.audit import records
 from checker.audit.plan import InRange
 from checker.audit.source import RAW_SCHEMA
-from outbox.protocol import HalfMessage, encode_half_headers, new_transaction_id
+from outbox.protocol import (
+    HALF_SCHEMA_VERSIONS,
+    HalfMessage,
+    encode_half_headers,
+    new_transaction_id,
+)
 
 pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
 
@@ -27,7 +32,9 @@ def raw(spark, rows):
     return spark.createDataFrame(full, RAW_SCHEMA)
 
 
-def half_headers(txn_id: str, index: int = 0, key: bytes | None = b"k", **extra: bytes):
+def half_headers(
+    txn_id: str, index: int = 0, key: bytes | None = b"k", version: int = 2, **extra: bytes
+):
     headers = encode_half_headers(
         txn_id=txn_id,
         producer_group="orders",
@@ -35,34 +42,51 @@ def half_headers(txn_id: str, index: int = 0, key: bytes | None = b"k", **extra:
         index=index,
         count=2,
         created_at_ms=5,
+        schema_version=version,
     )
     return headers + list(extra.items())
 
 
-def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_problem(spark) -> None:
+def of_version_3(name: str, value: bytes) -> bytes:
+    if name == "outbox-schema-version":
+        return b"3"
+    return b"3" + value[1:] if name == "outbox-half" else value
+
+
+@pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
+def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_problem(
+    spark, version: int
+) -> None:
     good, copy, keyless = new_transaction_id(), new_transaction_id(), new_transaction_id()
     future = new_transaction_id()
-    unknown = [(n, b"2" if n == "outbox-schema-version" else v) for n, v in half_headers(good)]
-    repeated = [("trace", b"1"), *half_headers(keyless, key=None), ("trace", b"2")]
+
+    def headers(txn_id: str, index: int = 0, key: bytes | None = b"k", **extra: bytes):
+        return half_headers(txn_id, index, key, version, **extra)
+
+    unknown = [(n, of_version_3(n, v)) for n, v in headers(good)]
+    repeated = [("trace", b"1"), *headers(keyless, key=None), ("trace", b"2")]
+    short = [("outbox-half", b"\x1f".join([b"2", good.encode(), b"orders", b"t", b"0"]))]
     rows = [
-        (good.encode(), b"v", 1, 10, AS_OF - 10, half_headers(good, 1)),
+        (good.encode(), b"v", 1, 10, AS_OF - 10, headers(good, 1)),
         (
             copy.encode(),
             b"v",
             1,
             11,
             AS_OF - 9,
-            half_headers(copy, **{"outbox-origin-offset": b"3"}),
+            headers(copy, **{"outbox-origin-offset": b"3"}),
         ),
         (keyless.encode(), b"v", 1, 12, AS_OF - 8, repeated),
         (good.encode(), b"v", 1, 13, AS_OF - 7, unknown),
         (b"x", b"v", 1, 14, AS_OF - 6, [("outbox-schema-version", b"1")]),
-        (future.encode(), b"v", 1, 15, AS_OF + 1, half_headers(future)),
+        (future.encode(), b"v", 1, 15, AS_OF + 1, headers(future)),
+        (good.encode(), b"v", 1, 16, AS_OF - 5, short),
+        (b"x", b"v", 1, 17, AS_OF - 4, [("trace", b"1")]),
     ]
     typed = records.halves(raw(spark, rows), InRange(start_ms=AS_OF - 9), as_of_ms=AS_OF)
 
     by_offset = {r.offset: r for r in typed.collect()}
-    assert set(by_offset) == {10, 11, 12, 13, 14}  # stamped after the audit's clock: dropped
+    assert set(by_offset) == {10, 11, 12, 13, 14, 16, 17}  # 15 is after the audit's clock
     first = by_offset[10]
     assert (first.txn_id, first.producer_group, first.real_topic) == (
         good,
@@ -71,14 +95,19 @@ def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_proble
     )
     assert (bytes(first.real_key), first.message_index, first.message_count) == (b"k", 1, 2)
     assert (first.problem, first.in_range, first.origin_offset) == (None, False, None)
+    assert first.check_count == 0
     assert by_offset[11].origin_offset == 3 and by_offset[11].in_range
     assert by_offset[12].real_key is None and by_offset[12].problem is None
-    assert by_offset[13].problem == "unknown schema version 2"
+    assert by_offset[13].problem == "unknown schema version 3"
     assert by_offset[14].problem == "bad outbox-txn-id"
+    assert by_offset[16].problem == "header outbox-half has 5 fields, not 9"
+    assert by_offset[17].problem == "no outbox-half or outbox-schema-version header"
     bad = records.unreadable(typed, "half").collect()
     assert {(r.offset, r.problem) for r in bad} == {
-        (13, "unknown schema version 2"),
+        (13, "unknown schema version 3"),
         (14, "bad outbox-txn-id"),
+        (16, "header outbox-half has 5 fields, not 9"),
+        (17, "no outbox-half or outbox-schema-version header"),
     }
 
 
@@ -151,12 +180,24 @@ def test_promoted_records_keep_foreign_records_apart_and_dead_letters_name_their
     assert typed[1].txn_id is None and typed[1].problem is None
     assert typed[2].problem == "bad outbox-message-index header"
 
+    packed = new_transaction_id()  # a given-up half record of version 2, parked whole
     letters = raw(
         spark,
         [
             (t.encode(), b"v", 0, 0, AS_OF - 5, [*ours, ("outbox-dl-reason", b"gone")]),
             (None, b"junk", 0, 1, AS_OF - 5, [("outbox-dl-reason", b"bad")]),
+            (
+                packed.encode(),
+                b"v",
+                0,
+                2,
+                AS_OF - 5,
+                [*half_headers(packed, 3, version=2), ("outbox-dl-reason", b"given up")],
+            ),
         ],
     )
     found = records.dead_letters(letters, as_of_ms=AS_OF).collect()
-    assert [(r.txn_id, r.message_index, r.reason) for r in found] == [(t, 1, "gone")]
+    assert [(r.txn_id, r.message_index, r.reason) for r in found] == [
+        (t, 1, "gone"),
+        (packed, 3, "given up"),
+    ]
