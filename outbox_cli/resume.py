@@ -4,8 +4,8 @@ RocketMQ's resume of discarded half messages. In one Kafka transaction (transact
 ``kafka-outbox-resume-<txn id>``, so two resumes of one transaction fence each other):
 
 1. a copy of each dead-lettered message is appended to its half partition: the original half
-   headers without the ``outbox-dl-*`` ones, ``outbox-check-count`` 0, ``outbox-origin-offset``
-   the original offset;
+   headers without the ``outbox-dl-*`` ones, in their own schema version, with check count 0
+   and ``outbox-origin-offset`` the original offset;
 2. a RESUMED op (not terminal) naming the copies' offsets goes to the op partition;
 3. a resume marker (key = the transaction id, null value, ``outbox-dl-resumed``) goes to the
    dead-letter partition, so the same dead letters are never resumed twice.

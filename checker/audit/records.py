@@ -89,9 +89,13 @@ HALF_FIELDS_COLUMN = "half_fields"
 
 
 def with_half_fields(df: DataFrame) -> DataFrame:
-    """Split ``outbox-half`` once per record (after :func:`with_header_map`)."""
-    packed = header(Header.HALF).cast("string")
-    return df.withColumn(HALF_FIELDS_COLUMN, F.split(packed, FIELD_SEPARATOR.decode(), -1))
+    """Split ``outbox-half`` once per record (after :func:`with_header_map`). A record with the
+    header is read as version 2 whatever else it carries, as :func:`decode_half` reads it; a
+    null value reads as empty (an unknown version), not as absent."""
+    packed = F.coalesce(header(Header.HALF).cast("string"), F.lit(""))
+    present = F.map_contains_key(F.col(HEADER_MAP), F.lit(Header.HALF.value))
+    fields = F.split(packed, FIELD_SEPARATOR.decode(), -1)
+    return df.withColumn(HALF_FIELDS_COLUMN, F.when(present, fields))
 
 
 def half_text(name: str, v1_header: str) -> Column:
@@ -151,8 +155,13 @@ def _first_problem(*checks: tuple[Column, Column | str]) -> Column:
 def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
     """One row per half record (put-back copies included, ``origin_offset`` set on those)."""
     df = _located_halves(raw, spec, as_of_ms).select(
-        half_text("schema_version", Header.SCHEMA_VERSION).alias("schema_version"),
-        F.size(HALF_FIELDS_COLUMN).alias("field_count"),
+        F.when(F.col(HALF_FIELDS_COLUMN).isNotNull(), F.element_at(F.col(HALF_FIELDS_COLUMN), 1))
+        .otherwise(header_text(Header.SCHEMA_VERSION))
+        .alias("schema_version"),
+        # null without outbox-half (F.size alone gives -1 for null when ANSI mode is off)
+        F.when(F.col(HALF_FIELDS_COLUMN).isNotNull(), F.size(HALF_FIELDS_COLUMN)).alias(
+            "field_count"
+        ),
         half_text("txn_id", Header.TXN_ID).alias("txn_id"),
         half_text("producer_group", Header.PRODUCER_GROUP).alias("producer_group"),
         half_text("real_topic", Header.REAL_TOPIC).alias("real_topic"),
@@ -168,11 +177,16 @@ def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
         "in_range",
     )
     version = F.col("schema_version")
+    packed = F.col("field_count").isNotNull()
     problem = _first_problem(
         (version.isNull(), f"no {Header.HALF.value} or {Header.SCHEMA_VERSION.value} header"),
         (
+            ~packed & (version == F.lit("2")),
+            f"{Header.SCHEMA_VERSION.value} 2 without an {Header.HALF.value} header",
+        ),
+        (
             # "2" only in outbox-half, "1" only in outbox-schema-version (as decode_half reads)
-            version != F.when(F.col("field_count").isNotNull(), F.lit("2")).otherwise(F.lit("1")),
+            version != F.when(packed, F.lit("2")).otherwise(F.lit("1")),
             F.concat(F.lit("unknown schema version "), version),
         ),
         (
@@ -183,10 +197,11 @@ def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
                 F.lit(f" fields, not {len(HALF_FIELDS)}"),
             ),
         ),
-        (~F.coalesce(F.col("txn_id").rlike(UUID_PATTERN), F.lit(False)), "bad outbox-txn-id"),
-        (F.col("producer_group").isNull(), f"no {Header.PRODUCER_GROUP.value} header"),
-        (F.col("real_topic").isNull(), f"no {Header.REAL_TOPIC.value} header"),
-        (F.col("message_index").isNull(), f"bad {Header.MESSAGE_INDEX.value} header"),
+        # named by field (docs/protocol.md maps each to its version-1 header)
+        (~F.coalesce(F.col("txn_id").rlike(UUID_PATTERN), F.lit(False)), "bad txn_id"),
+        (F.col("producer_group").isNull(), "no producer_group"),
+        (F.col("real_topic").isNull(), "no real_topic"),
+        (F.col("message_index").isNull(), "bad message_index"),
         (
             F.col("origin_text").isNotNull() & F.col("origin_offset").isNull(),
             f"bad {Header.ORIGIN_OFFSET.value} header",

@@ -214,6 +214,9 @@ def decode_half(
                 f"{len(HALF_FIELDS)} ({', '.join(HALF_FIELDS)})"
             )
         _, txn, group, topic, index, created, checks, count, immunity = fields
+        if not group or not topic:
+            empty = "producer_group" if not group else "real_topic"
+            raise ProtocolError(f"{where}: {empty} in header {_HALF} is empty")
         try:
             return frozen(
                 HalfRecord,
@@ -242,6 +245,8 @@ def decode_half(
                     "raw_headers": tuple(normalized),
                 },
             )
+        except ProtocolError as err:  # the transaction id's own check: say where
+            raise ProtocolError(f"{where}: {err}") from err
         except (UnicodeDecodeError, ValueError) as err:
             for field_name, raw in zip(HALF_FIELDS, fields, strict=True):
                 if field_name in _TEXT_FIELDS:
@@ -249,20 +254,32 @@ def decode_half(
                         raw.decode()
                     except UnicodeDecodeError:
                         raise ProtocolError(f"{where}: {field_name} is not UTF-8") from err
-                elif (raw or field_name not in _OPTIONAL_FIELDS) and not raw.isdigit():
-                    raise ProtocolError(
-                        f"{where}: {field_name}={raw[:40]!r} is not a decimal integer"
-                    ) from err
+                elif raw or field_name not in _OPTIONAL_FIELDS:
+                    try:
+                        int(raw)
+                    except ValueError:
+                        raise ProtocolError(
+                            f"{where}: {field_name}={raw[:40]!r} is not a decimal integer"
+                        ) from err
             if _ORIGIN in ours:
                 _int(ours, Header.ORIGIN_OFFSET, where)
             raise ProtocolError(f"{where}: {err}") from err
     version = ours.get(_SCHEMA)
     where = f"half record at partition {partition} offset {offset}"
     if version != _V1:
+        if version is None:
+            raise UnknownSchemaVersionError(
+                f"{where} has neither an {_HALF} nor an {_SCHEMA} header: not a half record "
+                "of a version this code reads (1 and 2)"
+            )
+        if version == _V2:
+            raise ProtocolError(
+                f"{where} has {_SCHEMA}=b'2' but no {_HALF} header: a version-2 record "
+                f"carries its fields in {_HALF}, so this one is malformed"
+            )
         raise UnknownSchemaVersionError(
-            f"{where} has schema version {version!r}"
-            + (f" and no {_HALF} header" if version is None else "")
-            + "; this code reads versions 1 and 2 - upgrade the reader"
+            f"{where} has schema version {version[:20]!r}; this code reads versions 1 and 2 "
+            "- upgrade the reader"
         )
     try:
         return frozen(
@@ -292,6 +309,8 @@ def decode_half(
                 "raw_headers": tuple(normalized),
             },
         )
+    except ProtocolError as err:  # the transaction id's own check: say where
+        raise ProtocolError(f"{where}: {err}") from err
     except (KeyError, UnicodeDecodeError, ValueError) as err:
         # The fast path failed: name exactly what is wrong.
         for header in HALF_HEADERS:

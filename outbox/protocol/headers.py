@@ -10,7 +10,7 @@ SCHEMA_VERSION = 1
 #: Version of the half-record headers this code writes by default. Version 2 packs the fields
 #: every half record carries into one header, ``outbox-half``: reading nine headers of a record
 #: through confluent-kafka and parsing them was the largest single cost of the relay's thread,
-#: and one header cut the relay's CPU per promotion by some 14% (docs/benchmarks.md).
+#: and one header cut the relay's CPU per promotion by some 7% (docs/benchmarks.md).
 HALF_SCHEMA_VERSION = 2
 #: The half-record versions this code reads: records written before an upgrade stay readable.
 HALF_SCHEMA_VERSIONS = (1, 2)

@@ -10,9 +10,11 @@ import pytest
 from checker.audit import records
 from checker.audit.plan import InRange
 from checker.audit.source import RAW_SCHEMA
+from outbox.errors import ProtocolError
 from outbox.protocol import (
     HALF_SCHEMA_VERSIONS,
     HalfMessage,
+    decode_half,
     encode_half_headers,
     new_transaction_id,
 )
@@ -53,9 +55,26 @@ def of_version_3(name: str, value: bytes) -> bytes:
     return b"3" + value[1:] if name == "outbox-half" else value
 
 
+@pytest.fixture(params=[True, False], ids=["ansi", "ansi-off"])
+def ansi(spark, request):
+    """Spark's ANSI mode on (its default) and off: some functions answer nulls differently."""
+    before = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", str(request.param).lower())
+    yield request.param
+    spark.conf.set("spark.sql.ansi.enabled", before)
+
+
+def decodes(headers) -> bool:
+    try:
+        decode_half(value=b"v", headers=headers)
+    except ProtocolError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
 def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_problem(
-    spark, version: int
+    spark, ansi: bool, version: int
 ) -> None:
     good, copy, keyless = new_transaction_id(), new_transaction_id(), new_transaction_id()
     future = new_transaction_id()
@@ -82,11 +101,31 @@ def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_proble
         (future.encode(), b"v", 1, 15, AS_OF + 1, headers(future)),
         (good.encode(), b"v", 1, 16, AS_OF - 5, short),
         (b"x", b"v", 1, 17, AS_OF - 4, [("trace", b"1")]),
+        (good.encode(), b"v", 1, 18, AS_OF - 3, half_headers(good, version=1)),
+        (
+            good.encode(),
+            b"v",
+            1,
+            19,
+            AS_OF - 3,
+            [("outbox-half", None), *half_headers(good, version=1)],
+        ),
+        (good.encode(), b"v", 1, 20, AS_OF - 3, half_headers(good, version=2)),
     ]
+    rows[-3] = (
+        *rows[-3][:5],
+        [(n, b"2" if n == "outbox-schema-version" else v) for n, v in rows[-3][5]],
+    )
+    empty_group = rows[-1][5][1][1].replace(b"\x1forders\x1f", b"\x1f\x1f")
+    rows[-1] = (*rows[-1][:5], [rows[-1][5][0], ("outbox-half", empty_group)])
     typed = records.halves(raw(spark, rows), InRange(start_ms=AS_OF - 9), as_of_ms=AS_OF)
 
     by_offset = {r.offset: r for r in typed.collect()}
-    assert set(by_offset) == {10, 11, 12, 13, 14, 16, 17}  # 15 is after the audit's clock
+    assert set(by_offset) == {10, 11, 12, 13, 14, 16, 17, 18, 19, 20}  # 15: after the clock
+    # the audit accepts exactly the records the relay and the checker can read
+    for _, _, _, offset, _, written in rows:
+        if offset in by_offset:
+            assert (by_offset[offset].problem is None) is decodes(written), offset
     first = by_offset[10]
     assert (first.txn_id, first.producer_group, first.real_topic) == (
         good,
@@ -99,15 +138,21 @@ def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_proble
     assert by_offset[11].origin_offset == 3 and by_offset[11].in_range
     assert by_offset[12].real_key is None and by_offset[12].problem is None
     assert by_offset[13].problem == "unknown schema version 3"
-    assert by_offset[14].problem == "bad outbox-txn-id"
+    assert by_offset[14].problem == "bad txn_id"
     assert by_offset[16].problem == "header outbox-half has 5 fields, not 9"
     assert by_offset[17].problem == "no outbox-half or outbox-schema-version header"
+    assert by_offset[18].problem == "outbox-schema-version 2 without an outbox-half header"
+    assert by_offset[19].problem == "unknown schema version "  # outbox-half with a null value
+    assert by_offset[20].problem == "no producer_group"
     bad = records.unreadable(typed, "half").collect()
     assert {(r.offset, r.problem) for r in bad} == {
         (13, "unknown schema version 3"),
-        (14, "bad outbox-txn-id"),
+        (14, "bad txn_id"),
         (16, "header outbox-half has 5 fields, not 9"),
         (17, "no outbox-half or outbox-schema-version header"),
+        (18, "outbox-schema-version 2 without an outbox-half header"),
+        (19, "unknown schema version "),
+        (20, "no producer_group"),
     }
 
 
