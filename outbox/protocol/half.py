@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
 from outbox.protocol.frozen import frozen
@@ -202,107 +203,46 @@ def decode_half(
     packed = ours.get(_HALF)
     if packed is not None:
         fields = packed.split(_SEP)
-        where = f"half record at partition {partition} offset {offset}"  # for errors
-        if fields[0] != _V2:
-            raise UnknownSchemaVersionError(
-                f"{where} has schema version {fields[0][:20]!r} in its {_HALF} header; this "
-                "code reads versions 1 and 2 - upgrade the reader"
-            )
-        if len(fields) != len(HALF_FIELDS):
-            raise ProtocolError(
-                f"{where}: header {_HALF} has {len(fields)} fields; version 2 has "
-                f"{len(HALF_FIELDS)} ({', '.join(HALF_FIELDS)})"
-            )
+        if fields[0] != _V2 or len(fields) != len(HALF_FIELDS):
+            _refuse_packed(fields, f"half record at partition {partition} offset {offset}")
         _, txn, group, topic, index, created, checks, count, immunity = fields
+        # (read as bytes | None below; mypy typed them from this unpacking)
+        count, immunity, version = count or None, immunity or None, 2  # type: ignore[assignment]
         if not group or not topic:
             empty = "producer_group" if not group else "real_topic"
+            where = f"half record at partition {partition} offset {offset}"
             raise ProtocolError(f"{where}: {empty} in header {_HALF} is empty")
-        try:
-            return frozen(
-                HalfRecord,
-                {
-                    "txn_id": validate_transaction_id(txn.decode()),
-                    "producer_group": group.decode(),
-                    "message": frozen(
-                        HalfMessage,
-                        {
-                            "topic": topic.decode(),
-                            "value": value,
-                            "key": ours.get(_KEY),
-                            "headers": tuple(user),
-                        },
-                    ),
-                    "index": int(index),
-                    "count": int(count) if count else None,
-                    "created_at_ms": int(created),
-                    "check_count": int(checks),
-                    "check_immunity_s": int(immunity) if immunity else None,
-                    "origin_offset": int(ours[_ORIGIN]) if _ORIGIN in ours else None,
-                    "schema_version": 2,
-                    "partition": partition,
-                    "offset": offset,
-                    "timestamp_ms": timestamp_ms,
-                    "raw_headers": tuple(normalized),
-                },
-            )
-        except ProtocolError as err:  # the transaction id's own check: say where
-            raise ProtocolError(f"{where}: {err}") from err
-        except (UnicodeDecodeError, ValueError) as err:
-            for field_name, raw in zip(HALF_FIELDS, fields, strict=True):
-                if field_name in _TEXT_FIELDS:
-                    try:
-                        raw.decode()
-                    except UnicodeDecodeError:
-                        raise ProtocolError(f"{where}: {field_name} is not UTF-8") from err
-                elif raw or field_name not in _OPTIONAL_FIELDS:
-                    try:
-                        int(raw)
-                    except ValueError:
-                        raise ProtocolError(
-                            f"{where}: {field_name}={raw[:40]!r} is not a decimal integer"
-                        ) from err
-            if _ORIGIN in ours:
-                _int(ours, Header.ORIGIN_OFFSET, where)
-            raise ProtocolError(f"{where}: {err}") from err
-    version = ours.get(_SCHEMA)
-    where = f"half record at partition {partition} offset {offset}"
-    if version != _V1:
-        if version is None:
-            raise UnknownSchemaVersionError(
-                f"{where} has neither an {_HALF} nor an {_SCHEMA} header: not a half record "
-                "of a version this code reads (1 and 2)"
-            )
-        if version == _V2:
-            raise ProtocolError(
-                f"{where} has {_SCHEMA}=b'2' but no {_HALF} header: a version-2 record "
-                f"carries its fields in {_HALF}, so this one is malformed"
-            )
-        raise UnknownSchemaVersionError(
-            f"{where} has schema version {version[:20]!r}; this code reads versions 1 and 2 "
-            "- upgrade the reader"
-        )
+    else:
+        if ours.get(_SCHEMA) != _V1:
+            _refuse_v1(ours.get(_SCHEMA), f"half record at partition {partition} offset {offset}")
+        get = ours.get
+        # a missing header reads as None, which the decoding below refuses
+        txn, group, topic, index = get(_TXN), get(_GROUP), get(_TOPIC), get(_INDEX)  # type: ignore[assignment]
+        created, checks = get(_CREATED), get(_CHECKS)  # type: ignore[assignment]
+        count, immunity = get(_COUNT), get(_IMMUNITY)  # type: ignore[assignment]
+        version = 1
     try:
         return frozen(
             HalfRecord,
             {
-                "txn_id": validate_transaction_id(ours[_TXN].decode()),
-                "producer_group": ours[_GROUP].decode(),
+                "txn_id": validate_transaction_id(txn.decode()),
+                "producer_group": group.decode(),
                 "message": frozen(
                     HalfMessage,
                     {
-                        "topic": ours[_TOPIC].decode(),
+                        "topic": topic.decode(),
                         "value": value,
                         "key": ours.get(_KEY),
                         "headers": tuple(user),
                     },
                 ),
-                "index": int(ours[_INDEX]),
-                "count": int(ours[_COUNT]) if _COUNT in ours else None,
-                "created_at_ms": int(ours[_CREATED]),
-                "check_count": int(ours[_CHECKS]),
-                "check_immunity_s": int(ours[_IMMUNITY]) if _IMMUNITY in ours else None,
+                "index": int(index),
+                "count": None if count is None else int(count),
+                "created_at_ms": int(created),
+                "check_count": int(checks),
+                "check_immunity_s": None if immunity is None else int(immunity),
                 "origin_offset": int(ours[_ORIGIN]) if _ORIGIN in ours else None,
-                "schema_version": 1,
+                "schema_version": version,
                 "partition": partition,
                 "offset": offset,
                 "timestamp_ms": timestamp_ms,
@@ -310,20 +250,77 @@ def decode_half(
             },
         )
     except ProtocolError as err:  # the transaction id's own check: say where
+        raise ProtocolError(f"half record at partition {partition} offset {offset}: {err}") from err
+    except (AttributeError, TypeError, UnicodeDecodeError, ValueError) as err:
+        # The fast path failed (a header missing reads as None): name exactly what is wrong.
+        where = f"half record at partition {partition} offset {offset}"
+        if version == 2:
+            _diagnose_packed(fields, where, err)
+        else:
+            _diagnose_v1(ours, where)
+        if _ORIGIN in ours:
+            _int(ours, Header.ORIGIN_OFFSET, where)
         raise ProtocolError(f"{where}: {err}") from err
-    except (KeyError, UnicodeDecodeError, ValueError) as err:
-        # The fast path failed: name exactly what is wrong.
-        for header in HALF_HEADERS:
-            _text(ours, header, where)
-        for header in (*HALF_HEADERS, Header.MESSAGE_COUNT, Header.CHECK_IMMUNITY_S):
-            if header.value in ours and header not in (
-                Header.SCHEMA_VERSION,
-                Header.TXN_ID,
-                Header.PRODUCER_GROUP,
-                Header.REAL_TOPIC,
-            ):
-                _int(ours, header, where)
-        raise ProtocolError(f"{where}: {err}") from err
+
+
+def _refuse_packed(fields: list[bytes], where: str) -> NoReturn:
+    if fields[0] != _V2:
+        raise UnknownSchemaVersionError(
+            f"{where} has schema version {fields[0][:20]!r} in its {_HALF} header; this "
+            "code reads versions 1 and 2 - upgrade the reader"
+        )
+    raise ProtocolError(
+        f"{where}: header {_HALF} has {len(fields)} fields; version 2 has "
+        f"{len(HALF_FIELDS)} ({', '.join(HALF_FIELDS)})"
+    )
+
+
+def _refuse_v1(version: bytes | None, where: str) -> NoReturn:
+    if version is None:
+        raise UnknownSchemaVersionError(
+            f"{where} has neither an {_HALF} nor an {_SCHEMA} header: not a half record "
+            "of a version this code reads (1 and 2)"
+        )
+    if version == _V2:
+        raise ProtocolError(
+            f"{where} has {_SCHEMA}=b'2' but no {_HALF} header: a version-2 record "
+            f"carries its fields in {_HALF}, so this one is malformed"
+        )
+    raise UnknownSchemaVersionError(
+        f"{where} has schema version {version[:20]!r}; this code reads versions 1 and 2 "
+        "- upgrade the reader"
+    )
+
+
+def _diagnose_packed(fields: list[bytes], where: str, err: Exception) -> None:
+    """Raise naming the first field of ``outbox-half`` that does not read."""
+    for field_name, raw in zip(HALF_FIELDS, fields, strict=True):
+        if field_name in _TEXT_FIELDS:
+            try:
+                raw.decode()
+            except UnicodeDecodeError:
+                raise ProtocolError(f"{where}: {field_name} is not UTF-8") from err
+        elif raw or field_name not in _OPTIONAL_FIELDS:
+            try:
+                int(raw)
+            except ValueError:
+                raise ProtocolError(
+                    f"{where}: {field_name}={raw[:40]!r} is not a decimal integer"
+                ) from err
+
+
+def _diagnose_v1(ours: dict[str, bytes], where: str) -> None:
+    """Raise naming the first version-1 header that is missing or does not read."""
+    for header in HALF_HEADERS:
+        _text(ours, header, where)
+    for header in (*HALF_HEADERS, Header.MESSAGE_COUNT, Header.CHECK_IMMUNITY_S):
+        if header.value in ours and header not in (
+            Header.SCHEMA_VERSION,
+            Header.TXN_ID,
+            Header.PRODUCER_GROUP,
+            Header.REAL_TOPIC,
+        ):
+            _int(ours, header, where)
 
 
 _TEXT_FIELDS = frozenset({"schema_version", "txn_id", "producer_group", "real_topic"})
