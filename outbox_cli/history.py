@@ -73,17 +73,18 @@ class DeadLetter:
     headers: Headers
     reason: str
     source_offset: int
-    index: int
     #: The half record it holds (read from its own headers); None if they do not read as one.
     half: HalfRecord | None
 
-    def original_headers(self) -> Headers:
-        """The half record's own headers: every ``outbox-dl-*`` header taken off."""
-        return original_headers(self.headers)
+    @property
+    def index(self) -> int:
+        """Its message index; -1 when it does not hold a readable half record."""
+        return -1 if self.half is None else self.half.index
 
 
 def original_headers(headers: Headers) -> Headers:
-    """A dead letter's headers without the ``outbox-dl-*`` ones it was given."""
+    """A dead letter's headers without the ``outbox-dl-*`` ones it was given: the half
+    record's own."""
     return [(n, v) for n, v in headers if not n.startswith("outbox-dl-")]
 
 
@@ -245,7 +246,6 @@ def read_dead_letters(
                     headers=headers,
                     reason=reason,
                     source_offset=source_offset,
-                    index=-1 if half is None else half.index,
                     half=half,
                 )
             )

@@ -139,10 +139,6 @@ def _located(raw: DataFrame, spec: InRange, as_of_ms: int) -> DataFrame:
     return with_header_map(located.withColumn("in_range", in_range_column(spec)))
 
 
-def _located_halves(raw: DataFrame, spec: InRange, as_of_ms: int) -> DataFrame:
-    return with_half_fields(_located(raw, spec, as_of_ms))
-
-
 def _first_problem(*checks: tuple[Column, Column | str]) -> Column:
     """The text of the first failed check, null when all pass."""
     result: Column = F.lit(None).cast("string")
@@ -154,7 +150,7 @@ def _first_problem(*checks: tuple[Column, Column | str]) -> Column:
 
 def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
     """One row per half record (put-back copies included, ``origin_offset`` set on those)."""
-    df = _located_halves(raw, spec, as_of_ms).select(
+    df = with_half_fields(_located(raw, spec, as_of_ms)).select(
         F.when(F.col(HALF_FIELDS_COLUMN).isNotNull(), F.element_at(F.col(HALF_FIELDS_COLUMN), 1))
         .otherwise(header_text(Header.SCHEMA_VERSION))
         .alias("schema_version"),

@@ -119,7 +119,7 @@ def encode_half_headers(
                 _HALF,
                 _SEP.join(
                     (
-                        b"2",
+                        _V2,
                         txn_id.encode(),
                         group,
                         message.topic.encode(),
@@ -204,17 +204,17 @@ def decode_half(
     if packed is not None:
         fields = packed.split(_SEP)
         if fields[0] != _V2 or len(fields) != len(HALF_FIELDS):
-            _refuse_packed(fields, f"half record at partition {partition} offset {offset}")
+            _refuse_packed(fields, _where(partition, offset))
         _, txn, group, topic, index, created, checks, count, immunity = fields
         # (read as bytes | None below; mypy typed them from this unpacking)
         count, immunity, version = count or None, immunity or None, 2  # type: ignore[assignment]
         if not group or not topic:
             empty = "producer_group" if not group else "real_topic"
-            where = f"half record at partition {partition} offset {offset}"
+            where = _where(partition, offset)
             raise ProtocolError(f"{where}: {empty} in header {_HALF} is empty")
     else:
         if ours.get(_SCHEMA) != _V1:
-            _refuse_v1(ours.get(_SCHEMA), f"half record at partition {partition} offset {offset}")
+            _refuse_v1(ours.get(_SCHEMA), _where(partition, offset))
         get = ours.get
         # a missing header reads as None, which the decoding below refuses
         txn, group, topic, index = get(_TXN), get(_GROUP), get(_TOPIC), get(_INDEX)  # type: ignore[assignment]
@@ -250,10 +250,10 @@ def decode_half(
             },
         )
     except ProtocolError as err:  # the transaction id's own check: say where
-        raise ProtocolError(f"half record at partition {partition} offset {offset}: {err}") from err
+        raise ProtocolError(f"{_where(partition, offset)}: {err}") from err
     except (AttributeError, TypeError, UnicodeDecodeError, ValueError) as err:
         # The fast path failed (a header missing reads as None): name exactly what is wrong.
-        where = f"half record at partition {partition} offset {offset}"
+        where = _where(partition, offset)
         if version == 2:
             _diagnose_packed(fields, where, err)
         else:
@@ -261,6 +261,11 @@ def decode_half(
         if _ORIGIN in ours:
             _int(ours, Header.ORIGIN_OFFSET, where)
         raise ProtocolError(f"{where}: {err}") from err
+
+
+def _where(partition: int, offset: int) -> str:
+    """How errors name a record (formatted only once something is wrong)."""
+    return f"half record at partition {partition} offset {offset}"
 
 
 def _refuse_packed(fields: list[bytes], where: str) -> NoReturn:
