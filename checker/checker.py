@@ -39,7 +39,7 @@ from checker.tracker import Pending, Tracker
 from outbox.errors import ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.protocol.dead_letter import dead_letter_headers
-from outbox.protocol.half import HalfRecord, decode_half
+from outbox.protocol.half import HalfRecord, decode_half, why_incomplete
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
 
@@ -54,6 +54,7 @@ class CheckerStats:
     resolved_rollback: int = 0
     unknown: int = 0
     given_up: int = 0
+    incomplete: int = 0
     unreachable: int = 0
     breaker_trips: int = 0
     write_failures: int = 0
@@ -329,7 +330,7 @@ class Checker:
 
     def _answered(self, entry: Pending, state: LocalTransactionState, now_ms: int) -> None:
         if state is LocalTransactionState.COMMIT:
-            self._decide(entry, OpState.COMMIT, None)
+            self._commit(entry)
         elif state is LocalTransactionState.ROLLBACK:
             self._decide(entry, OpState.ROLLBACK, None)
         else:
@@ -337,6 +338,23 @@ class Checker:
             self.tracker.unknown(entry, now_ms)
             if entry.checks >= self.settings.check_max:
                 self._give_up(entry, f"still UNKNOWN after {entry.checks} checks")
+
+    def _commit(self, entry: Pending) -> None:
+        """A COMMIT names the whole transaction or is not written. The half partition was read
+        to its end first, so a message still missing is gone (retention) or was never written:
+        it is given up instead, with what is in hand dead-lettered, and ``resume`` can put it
+        back once the missing records are restored - never part of it delivered."""
+        entry = self._with_records(entry)
+        why = why_incomplete(entry.records.values())
+        if why is None:
+            self._decide(entry, OpState.COMMIT, None)
+            return
+        self.stats.incomplete += 1
+        self._give_up(
+            entry,
+            f"its producer answered COMMIT, but {why}; delivering the rest would deliver part "
+            "of the transaction",
+        )
 
     def _unreachable(self, entries: list[Pending], now_ms: int, why: str) -> None:
         self.stats.unreachable += len(entries)

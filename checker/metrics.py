@@ -21,6 +21,10 @@ HELP = {
     "resolved_rollback": "ROLLBACK ops the checker wrote (counted once the broker took them).",
     "unknown": "UNKNOWN answers.",
     "given_up": "GIVEN_UP ops the checker wrote (records dead-lettered). Alert on any.",
+    "incomplete": (
+        "COMMIT answers for transactions with half records missing, given up instead of "
+        "delivered in part. Alert on any."
+    ),
     "unreachable": "Checks that found no producer instance answering.",
     "breaker_trips": "Times a producer group's circuit breaker opened.",
     "write_failures": "Ops and dead letters the broker did not take (ops are checked again).",

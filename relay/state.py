@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
-from outbox.protocol.half import HalfRecord
+from outbox.protocol.half import HalfRecord, why_incomplete
 from outbox.protocol.op import OpRecord
 from outbox.protocol.states import TERMINAL_STATES, OpState
 
@@ -348,11 +348,20 @@ class PartitionState:
             self.counters.dropped += 1
             self._decided(op, entry)
             return True
+        if not op.half_offsets:
+            return self._reject(op, "names no half record, so it would deliver nothing")
         records = self._records(op, entry)
         if isinstance(records, Need):
             return records
         if records is None:
             return self._reject(op, "its half records were not found (retention?)")
+        for record in records:  # a loop, not why_incomplete(): one promotion per op
+            if record.count is not None and record.count != len(records):
+                return self._reject(
+                    op,
+                    f"names {len(records)} half record(s), but {why_incomplete(records)}; "
+                    "promoting them would deliver part of the transaction",
+                )
         if promotable(op, records) is not None:
             self.parked[txn] = op
             if entry is None:

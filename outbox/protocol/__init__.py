@@ -6,7 +6,13 @@ header names, states, the half and op record formats, topic names and settings, 
 
 from __future__ import annotations
 
-from outbox.protocol.half import HalfMessage, HalfRecord, decode_half, encode_half_headers
+from outbox.protocol.half import (
+    HalfMessage,
+    HalfRecord,
+    decode_half,
+    encode_half_headers,
+    why_incomplete,
+)
 from outbox.protocol.headers import (
     HALF_FIELDS,
     HALF_HEADERS,
@@ -47,4 +53,5 @@ __all__ = [
     "partition_for",
     "topic_settings",
     "validate_transaction_id",
+    "why_incomplete",
 ]

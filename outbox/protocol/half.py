@@ -7,7 +7,7 @@ goes and to which transaction it belongs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NoReturn
 
@@ -372,3 +372,29 @@ def _int(headers: dict[str, bytes], name: Header, where: str) -> int:
         return int(text)
     except ValueError as err:
         raise ProtocolError(f"{where}: header {name.value}={text!r} is not an integer") from err
+
+
+def why_incomplete(records: Iterable[HalfRecord]) -> str | None:
+    """Why ``records``, the half records of one transaction, are not all of it; None if they are.
+
+    A transaction's messages have the indexes 0..n-1, where n is the message count its records
+    carry when the producer knew it at send time (``TransactionalProducer``), else one past the
+    highest index in hand (messages sent one by one: only a gap shows then). A COMMIT naming
+    fewer would deliver part of a transaction, which is worse than delivering none of it.
+    """
+    held = {record.index for record in records}
+    counts = {record.count for record in records if record.count is not None}
+    if not held:
+        return "none of its half records is in hand"
+    if len(counts) > 1:
+        return f"its half records disagree on its message count ({sorted(counts)})"
+    count = counts.pop() if counts else max(held) + 1
+    missing = sorted(set(range(count)) - held)
+    if missing:
+        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
+        verb = "is" if len(missing) == 1 else "are"
+        return f"{len(missing)} of its {count} messages {verb} missing (index {shown})"
+    beyond = sorted(i for i in held if i >= count)
+    if beyond:
+        return f"message index {beyond[0]} is past its message count {count}"
+    return None

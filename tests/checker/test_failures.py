@@ -316,6 +316,63 @@ def test_a_half_the_checker_had_not_read_when_the_producer_answered_is_in_its_co
         endpoint.close()
 
 
+@pytest.mark.parametrize(
+    ("written", "count", "why"),
+    [
+        ((0, 2), None, "1 of its 3 messages is missing (index 1)"),
+        ((0,), 2, "1 of its 2 messages is missing (index 1)"),
+    ],
+    ids=["gap", "short-of-its-count"],
+)
+def test_a_commit_answer_for_a_transaction_with_missing_halves_is_given_up_never_delivered_in_part(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    topics: Topics,
+    written: tuple[int, ...],
+    count: int | None,
+    why: str,
+) -> None:
+    """Its producer committed, but a half record is not on the half topic (removed, or never
+    written): a COMMIT naming the others would deliver part of the transaction."""
+    prefix, half_topic = outbox_settings.topic_prefix, outbox_settings.topics.half
+    real = unique("orders")
+    raw = Producer({"bootstrap.servers": kafka_bootstrap})
+    txn_id = new_transaction_id()
+    for index in written:
+        message = HalfMessage(real, f"{index}".encode(), b"k")
+        headers = encode_half_headers(
+            txn_id=txn_id,
+            producer_group="orders",
+            message=message,
+            index=index,
+            count=count,
+            created_at_ms=0,
+        )
+        raw.produce(half_topic, message.value, txn_id.encode(), 0, headers=headers)
+    assert raw.flush(10) == 0
+    endpoint = OutboxProducer(outbox_settings)
+    endpoint.serve_checks(
+        resolver=FunctionResolver(lambda asked: LocalTransactionState.COMMIT), secret=SECRET
+    )
+    try:
+        with checker_and_relay(kafka_bootstrap, prefix) as checker:
+            wait_for(lambda: any(o.txn_id == txn_id for o in topics.ops()), timeout=30)
+            [op] = topics.ops()
+            assert (op.state, op.decided_by) == (OpState.GIVEN_UP, DecidedBy.CHECKER)
+            assert op.reason == (
+                f"its producer answered COMMIT, but {why}; delivering the rest would deliver "
+                "part of the transaction"
+            )
+            wait_for(lambda: checker.stats.given_up == 1, timeout=10)
+            assert checker.stats.incomplete == 1 and checker.stats.resolved_commit == 0
+            letters = read_topic(kafka_bootstrap, outbox_settings.topics.dead_letter)
+            assert sorted(m.value() for m in letters) == [f"{i}".encode() for i in written]
+            time.sleep(2)  # the relay has had the op: it must drop it, never promote the rest
+            assert read_topic(kafka_bootstrap, real) == []
+    finally:
+        endpoint.close()
+
+
 class _LostAck(RuntimeError):
     """The connection dropped after the database committed: the caller sees a failure."""
 

@@ -22,6 +22,7 @@ from outbox.protocol import (
     encode_op,
     new_transaction_id,
     validate_transaction_id,
+    why_incomplete,
 )
 from outbox.protocol.half import copy_headers
 
@@ -219,3 +220,45 @@ def test_decoded_records_are_what_their_constructors_build_every_field_set_and_f
     for frozen_one in (record, record.message, decoded):
         with pytest.raises(FrozenInstanceError):
             frozen_one.partition = 0  # type: ignore[misc]
+
+
+def _indexed(*indexes: int, count: int | None = None) -> list[HalfRecord]:
+    return [
+        HalfRecord(
+            txn_id=new_transaction_id(),
+            producer_group="orders",
+            message=HalfMessage("orders", b"v"),
+            index=index,
+            count=count,
+            created_at_ms=0,
+            check_count=0,
+        )
+        for index in indexes
+    ]
+
+
+@pytest.mark.parametrize(
+    ("records", "why"),
+    [
+        (_indexed(0), None),
+        (_indexed(2, 0, 1), None),  # in any order
+        (_indexed(0, 1, count=2), None),
+        ([], "none of its half records is in hand"),
+        (_indexed(0, 2), "1 of its 3 messages is missing (index 1)"),
+        (_indexed(1, 3), "2 of its 4 messages are missing (index 0, 2)"),
+        (_indexed(0, count=3), "2 of its 3 messages are missing (index 1, 2)"),
+        (_indexed(0, 1, count=1), "message index 1 is past its message count 1"),
+        (
+            [*_indexed(0, count=2), *_indexed(1, count=3)],
+            "its half records disagree on its message count ([2, 3])",
+        ),
+        (
+            _indexed(12, count=13),
+            "12 of its 13 messages are missing (index 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...)",
+        ),
+    ],
+)
+def test_a_transaction_is_whole_only_with_every_index_up_to_its_count(
+    records: list[HalfRecord], why: str | None
+) -> None:
+    assert why_incomplete(records) == why

@@ -24,14 +24,20 @@ HOUR_MS = 3_600_000
 
 
 def half(
-    txn: int, offset: int, index: int = 0, *, ts: int = 0, origin: int | None = None
+    txn: int,
+    offset: int,
+    index: int = 0,
+    *,
+    ts: int = 0,
+    origin: int | None = None,
+    count: int | None = None,
 ) -> HalfRecord:
     return HalfRecord(
         txn_id=TXN[txn],
         producer_group="g",
         message=HalfMessage(topic="orders", value=f"{txn}/{index}".encode(), key=b"k"),
         index=index,
-        count=None,
+        count=count,
         created_at_ms=0,
         check_count=0,
         origin_offset=origin,
@@ -194,6 +200,48 @@ def test_an_op_naming_offsets_past_the_end_of_the_partition_is_rejected() -> Non
     batch = take(state, verified_end=3)  # the broker says the partition ends at 3
     [reject] = batch.actions
     assert isinstance(reject, Reject) and "past the end" in reject.reason
+    assert batch.op_offset == 1
+
+
+def test_a_commit_naming_fewer_records_than_their_message_count_is_rejected_whole() -> None:
+    """Half records carrying a count of 3 under a COMMIT naming two of them (a checker that held
+    only those): promoting the two would deliver part of the transaction."""
+    state = PartitionState(0)
+    for offset, index in ((0, 0), (1, 1), (2, 2)):
+        state.add_half(half(0, offset, index, count=3))
+    state.add_half(half(1, 3, count=1))
+    state.add_op(0, op(0, OpState.COMMIT, (0, 1), at=0))
+    state.add_op(1, op(1, OpState.COMMIT, (3,), at=1))
+    batch = take(state)
+    assert kinds(batch) == [Reject, Promote]  # the next transaction is not held up
+    reject = batch.actions[0]
+    assert isinstance(reject, Reject)
+    assert reject.reason == (
+        "names 2 half record(s), but 1 of its 3 messages is missing (index 2); promoting them "
+        "would deliver part of the transaction"
+    )
+    assert state.counters.rejected == 1 and state.counters.promoted == 1
+    assert batch.op_offset == 2 and state.pending_records == 0
+
+
+def test_a_commit_naming_more_records_than_their_message_count_is_rejected() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0, 0, count=1))
+    state.add_half(half(0, 1, 1, count=1))
+    state.add_op(0, op(0, OpState.COMMIT, (0, 1), at=0))
+    [reject] = take(state).actions
+    assert isinstance(reject, Reject)
+    assert "message index 1 is past its message count 1" in reject.reason
+
+
+def test_a_commit_naming_no_half_record_is_rejected_not_taken_as_done() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0))
+    state.add_op(0, op(0, OpState.COMMIT, (), at=0))
+    batch = take(state)
+    [reject] = batch.actions
+    assert isinstance(reject, Reject)
+    assert reject.reason == "names no half record, so it would deliver nothing"
     assert batch.op_offset == 1
 
 
