@@ -78,6 +78,8 @@ class Checker:
         self._ready = (False, "starting")
         self._ops_caught_up: set[int] = set()
         self._written: dict[str, OpState] = {}  # our own ops, not yet read back
+        #: Given up for missing half records, GIVEN_UP op not yet taken (counted once taken).
+        self._incomplete: set[str] = set()
         self._pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
         self.breakers: dict[str, Breaker] = defaultdict(
             lambda: Breaker(
@@ -341,19 +343,19 @@ class Checker:
 
     def _commit(self, entry: Pending) -> None:
         """A COMMIT names the whole transaction or is not written. The half partition was read
-        to its end first, so a message still missing is gone (retention) or was never written:
-        it is given up instead, with what is in hand dead-lettered, and ``resume`` can put it
-        back once the missing records are restored - never part of it delivered."""
+        to its end first, so a message still missing was removed by retention, was never
+        written, or did not decode (the relay dead-letters those): the transaction is given up
+        instead, what is in hand dead-lettered, and none of it delivered."""
         entry = self._with_records(entry)
         why = why_incomplete(entry.records.values())
         if why is None:
             self._decide(entry, OpState.COMMIT, None)
             return
-        self.stats.incomplete += 1
+        self._incomplete.add(entry.txn_id)
         self._give_up(
             entry,
             f"its producer answered COMMIT, but {why}; delivering the rest would deliver part "
-            "of the transaction",
+            "of the transaction: re-send its messages from their source",
         )
 
     def _unreachable(self, entries: list[Pending], now_ms: int, why: str) -> None:
@@ -364,8 +366,9 @@ class Checker:
                 self._give_up(entry, f"no producer of group {entry.group!r} answered: {why}")
 
     def _with_records(self, entry: Pending) -> Pending:
-        """A resumed transaction whose copies were read before its RESUMED op: fetch them."""
-        if not entry.records and entry.resumed_offsets:
+        """A resumed transaction whose copies were read before its RESUMED op: fetch them (some
+        may have been read before it and some after, the two topics being read together)."""
+        if len(entry.records) < len(entry.resumed_offsets):
             found = self._fetcher.fetch(entry.partition, entry.resumed_offsets, entry.txn_id)
             for record in found or ():
                 entry.records.setdefault(record.index, record)
@@ -437,8 +440,12 @@ class Checker:
                 self.stats.resolved_rollback += 1
             else:
                 self.stats.given_up += 1
+                if entry.txn_id in self._incomplete:
+                    self._incomplete.discard(entry.txn_id)
+                    self.stats.incomplete += 1
             return
         self.stats.write_failures += 1
+        self._incomplete.discard(entry.txn_id)
         log.error(
             "the %s op of transaction %s was not written (%s); checking it again in %.0f s",
             state.value,

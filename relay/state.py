@@ -26,7 +26,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 
-from outbox.protocol.half import HalfRecord, why_incomplete
+from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord
 from outbox.protocol.states import TERMINAL_STATES, OpState
 
@@ -170,6 +170,26 @@ Promotable = Callable[[OpRecord, tuple[HalfRecord, ...]], str | None]
 
 
 def _always(op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
+    return None
+
+
+_NOT_FOUND = "its half records were not found (retention?)"
+
+
+def _part_of(records: tuple[HalfRecord, ...]) -> str | None:
+    """Why promoting ``records``, the ones a COMMIT names, would deliver part of a transaction
+    or nothing (None: it would deliver all of it). The records are the op's indexes 0..n-1
+    (``_records``), so only their message count can say more are missing; once per promotion."""
+    if not records:
+        return "names no half record, so it would deliver nothing"
+    n = len(records)
+    for record in records:
+        if record.count is not None and record.count != n:
+            return (
+                f"names {n} half record(s), but message {record.index} carries a message "
+                f"count of {record.count}; promoting them would deliver part of the "
+                "transaction: re-send its messages from their source"
+            )
     return None
 
 
@@ -348,20 +368,14 @@ class PartitionState:
             self.counters.dropped += 1
             self._decided(op, entry)
             return True
-        if not op.half_offsets:
-            return self._reject(op, "names no half record, so it would deliver nothing")
         records = self._records(op, entry)
         if isinstance(records, Need):
             return records
         if records is None:
-            return self._reject(op, "its half records were not found (retention?)")
-        for record in records:  # a loop, not why_incomplete(): one promotion per op
-            if record.count is not None and record.count != len(records):
-                return self._reject(
-                    op,
-                    f"names {len(records)} half record(s), but {why_incomplete(records)}; "
-                    "promoting them would deliver part of the transaction",
-                )
+            return self._reject(op, _NOT_FOUND)
+        why = _part_of(records)
+        if why is not None:
+            return self._reject(op, why)
         if promotable(op, records) is not None:
             self.parked[txn] = op
             if entry is None:
@@ -375,6 +389,8 @@ class PartitionState:
     def _records(self, op: OpRecord, entry: Entry | None) -> tuple[HalfRecord, ...] | Need | None:
         """The op's records with their values, from memory or a fetch; None if not found."""
         count = op.message_count
+        if not count:
+            return ()  # nothing to look for: _part_of() refuses it
         complete = entry is not None and all(i in entry.where for i in range(count))
         if entry is not None and complete and not entry.evicted:
             return tuple(entry.records[i] for i in range(count))
@@ -450,9 +466,10 @@ class PartitionState:
             records = self._records(op, entry)
             if isinstance(records, Need):
                 return records
-            if records is None:
+            why = _NOT_FOUND if records is None else _part_of(records)
+            if records is None or why is not None:  # (_part_of: parked by an older relay)
                 del self.parked[txn]
-                self.out.append(Reject(op, "its half records were not found (retention?)"))
+                self.out.append(Reject(op, why or _NOT_FOUND))
                 self.counters.rejected += 1
                 self._decided(op, entry)
                 continue

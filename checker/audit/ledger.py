@@ -145,9 +145,10 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
     """One row per transaction known from the half or op topic.
 
     ``in_scope``: its first half record is in range; for a transaction with no half record in
-    what was read, its first op is. ``expected`` is the COMMIT op's message count (the op's
-    count rules), else the count the halves announce or show. ``delivered_indices`` lists the
-    messages found on the real topics.
+    what was read, its first op is. ``expected`` is the COMMIT op's message count, or the count
+    its halves announce where that is more (a COMMIT naming part of a transaction, which the
+    relay refuses, leaves the rest undelivered), else the count the halves announce or show.
+    ``delivered_indices`` lists the messages found on the real topics.
     """
     per_txn = delivered.groupBy("txn_id").agg(
         F.array_sort(F.collect_list("message_index")).alias("delivered_indices"),
@@ -160,7 +161,10 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
     # shuffle the ledger (partitioning.py).
     known = by_transaction(txns.join(decided, "txn_id", "full_outer"))
     df = known.join(per_txn, "txn_id", "left")
-    expected = F.when(F.col("state") == OpState.COMMIT.value, F.col("op_message_count")).otherwise(
+    expected = F.when(
+        F.col("state") == OpState.COMMIT.value,
+        F.greatest(F.col("op_message_count"), F.col("announced_count")),  # greatest skips nulls
+    ).otherwise(
         F.coalesce(F.col("announced_count"), F.col("messages_seen"), F.col("op_message_count"))
     )
     indices = F.coalesce(F.col("delivered_indices"), F.array().cast("array<int>"))

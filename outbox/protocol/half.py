@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import NoReturn
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
@@ -381,20 +382,25 @@ def why_incomplete(records: Iterable[HalfRecord]) -> str | None:
     carry when the producer knew it at send time (``TransactionalProducer``), else one past the
     highest index in hand (messages sent one by one: only a gap shows then). A COMMIT naming
     fewer would deliver part of a transaction, which is worse than delivering none of it.
+    Costs O(records), whatever count a record claims.
     """
+    records = tuple(records)
     held = {record.index for record in records}
     counts = {record.count for record in records if record.count is not None}
     if not held:
         return "none of its half records is in hand"
+    if min(held) < 0:
+        return f"message index {min(held)} is negative"
     if len(counts) > 1:
         return f"its half records disagree on its message count ({sorted(counts)})"
     count = counts.pop() if counts else max(held) + 1
-    missing = sorted(set(range(count)) - held)
-    if missing:
-        shown = ", ".join(map(str, missing[:10])) + (", ..." if len(missing) > 10 else "")
-        verb = "is" if len(missing) == 1 else "are"
-        return f"{len(missing)} of its {count} messages {verb} missing (index {shown})"
     beyond = sorted(i for i in held if i >= count)
     if beyond:
         return f"message index {beyond[0]} is past its message count {count}"
+    missing = count - len(held)
+    if missing:
+        first = list(islice((i for i in range(count) if i not in held), 10))
+        shown = ", ".join(map(str, first)) + (", ..." if missing > len(first) else "")
+        verb = "is" if missing == 1 else "are"
+        return f"{missing} of its {count} messages {verb} missing (index {shown})"
     return None

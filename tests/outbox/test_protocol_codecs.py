@@ -256,9 +256,16 @@ def _indexed(*indexes: int, count: int | None = None) -> list[HalfRecord]:
             _indexed(12, count=13),
             "12 of its 13 messages are missing (index 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, ...)",
         ),
+        (_indexed(-1, 0), "message index -1 is negative"),
+        (  # a count no memory could list: the answer costs what the records in hand cost
+            _indexed(0, 2, count=10**12),
+            "999999999998 of its 1000000000000 messages are missing "
+            "(index 1, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...)",
+        ),
     ],
 )
 def test_a_transaction_is_whole_only_with_every_index_up_to_its_count(
     records: list[HalfRecord], why: str | None
 ) -> None:
     assert why_incomplete(records) == why
+    assert why_incomplete(iter(records)) == why  # read once, any iterable

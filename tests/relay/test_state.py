@@ -217,8 +217,8 @@ def test_a_commit_naming_fewer_records_than_their_message_count_is_rejected_whol
     reject = batch.actions[0]
     assert isinstance(reject, Reject)
     assert reject.reason == (
-        "names 2 half record(s), but 1 of its 3 messages is missing (index 2); promoting them "
-        "would deliver part of the transaction"
+        "names 2 half record(s), but message 0 carries a message count of 3; promoting them "
+        "would deliver part of the transaction: re-send its messages from their source"
     )
     assert state.counters.rejected == 1 and state.counters.promoted == 1
     assert batch.op_offset == 2 and state.pending_records == 0
@@ -231,7 +231,20 @@ def test_a_commit_naming_more_records_than_their_message_count_is_rejected() -> 
     state.add_op(0, op(0, OpState.COMMIT, (0, 1), at=0))
     [reject] = take(state).actions
     assert isinstance(reject, Reject)
-    assert "message index 1 is past its message count 1" in reject.reason
+    assert reject.reason.startswith(
+        "names 2 half record(s), but message 0 carries a message count of 1;"
+    )
+
+
+def test_a_parked_commit_naming_part_of_its_transaction_is_rejected_when_retried() -> None:
+    """Parked by a relay that did not check the message count, restored as parked here."""
+    state = PartitionState(0)
+    apply_history(state, [op(0, OpState.COMMIT, (0,), at=0)], [TXN[0]])
+    state.add_half(half(0, 0, 0, count=2))
+    state.add_half(half(0, 1, 1, count=2))
+    [reject] = take(state).actions
+    assert isinstance(reject, Reject) and "carries a message count of 2" in reject.reason
+    assert not state.parked and state.counters.rejected == 1
 
 
 def test_a_commit_naming_no_half_record_is_rejected_not_taken_as_done() -> None:

@@ -120,8 +120,10 @@ class Scenario:
         by: str = "producer",
         reason: str | None = None,
         in_range: bool = True,
+        offsets: list[int] | None = None,
     ) -> int:
-        """An op record; returns its offset."""
+        """An op record (naming ``offsets``, by default all of ``t``'s); returns its offset."""
+        named = t.offsets if offsets is None else offsets
         offset = self._offset("op", t.partition)
         self.ops.append(
             (
@@ -129,8 +131,8 @@ class Scenario:
                 state,
                 t.group,
                 t.partition,
-                t.offsets,
-                len(t.offsets),
+                named,
+                len(named),
                 by,
                 at,
                 reason,

@@ -42,6 +42,27 @@ def test_lost_and_partial_are_committed_messages_missing_after_the_grace_period(
     assert row.half_offsets == half_there.offsets and row.decision_ms == 2_000
 
 
+def test_a_commit_naming_fewer_messages_than_its_halves_announce_leaves_the_rest_partial(
+    spark,
+) -> None:
+    """A COMMIT naming two of three announced messages (written by a checker that held only
+    those; the relay refuses it now, an older one promoted the two): the third is missing."""
+    sc = Scenario()
+    short = sc.txn(3)
+    sc.op(short, "COMMIT", at=2_000, offsets=short.offsets[:2])
+    sc.promote(short, [0, 1], at=3_000)
+    refused = sc.txn(2)
+    sc.op(refused, "COMMIT", at=2_000, offsets=refused.offsets[:1])
+    book, _ = sc.ledger(spark)
+
+    row = partial(book, as_of_ms=AS_OF, grace_ms=GRACE).first()
+    assert row.txn_id == short.txn_id
+    assert (row.missing_indices, row.expected, row.delivered) == ([2], 3, 2)
+    found_lost = lost(book, as_of_ms=AS_OF, grace_ms=GRACE)
+    assert ids(found_lost) == {refused.txn_id}
+    assert found_lost.first().missing_indices == [0, 1]
+
+
 def test_phantoms_are_records_without_a_commit_behind_them(spark) -> None:
     sc = Scenario()
     committed = sc.txn()
