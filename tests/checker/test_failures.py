@@ -76,6 +76,37 @@ def orphaned(bootstrap: str, prefix: str, session_factory: Any, *values: bytes) 
     return txn.txn_id
 
 
+def write_halves(
+    producer: Producer,
+    half_topic: str,
+    txn_id: str,
+    messages: dict[int, HalfMessage],
+    count: int | None = None,
+) -> list[int]:
+    """Half records of ``txn_id`` in group "orders" at partition 0, as a producer writes them
+    (``messages`` by message index), acknowledged; their offsets in that order."""
+    offsets: dict[int, int] = {}
+    for index, message in messages.items():
+        headers = encode_half_headers(
+            txn_id=txn_id,
+            producer_group="orders",
+            message=message,
+            index=index,
+            count=count,
+            created_at_ms=0,
+        )
+        producer.produce(
+            half_topic,
+            message.value,
+            txn_id.encode(),
+            0,
+            headers=headers,
+            on_delivery=lambda err, msg, i=index: offsets.__setitem__(i, msg.offset()),
+        )
+    assert producer.flush(10) == 0
+    return [offsets[index] for index in messages]
+
+
 @pytest.mark.parametrize("moment", ["after-commit", "before-commit"])
 def test_producer_killed_around_its_commit_is_resolved_by_the_checker(
     kafka_bootstrap: str,
@@ -279,25 +310,9 @@ def test_a_half_the_checker_had_not_read_when_the_producer_answered_is_in_its_co
     txn_id = new_transaction_id()
     offsets: list[int] = []
 
-    def write_half(index: int) -> None:
+    def write_half(index: int) -> None:  # sent one by one: the op's list is the count
         message = HalfMessage(real, f"{index}".encode(), b"k")
-        headers = encode_half_headers(
-            txn_id=txn_id,
-            producer_group="orders",
-            message=message,
-            index=index,
-            count=None,  # sent one by one: the op's list is the count
-            created_at_ms=0,
-        )
-        raw.produce(
-            half_topic,
-            key=txn_id.encode(),
-            value=message.value,
-            headers=headers,
-            partition=0,
-            on_delivery=lambda err, msg: offsets.append(msg.offset()),
-        )
-        assert raw.flush(10) == 0
+        offsets.extend(write_halves(raw, half_topic, txn_id, {index: message}))
 
     def answer(asked: str) -> LocalTransactionState:
         if len(offsets) == 1:
@@ -342,18 +357,8 @@ def test_a_commit_answer_for_a_transaction_with_missing_halves_is_given_up_never
     real = unique("orders")
     raw = Producer({"bootstrap.servers": kafka_bootstrap})
     txn_id = new_transaction_id()
-    for index in written:
-        message = HalfMessage(real, f"{index}".encode(), b"k")
-        headers = encode_half_headers(
-            txn_id=txn_id,
-            producer_group="orders",
-            message=message,
-            index=index,
-            count=count,
-            created_at_ms=0,
-        )
-        raw.produce(half_topic, message.value, txn_id.encode(), 0, headers=headers)
-    assert raw.flush(10) == 0
+    messages = {index: HalfMessage(real, f"{index}".encode(), b"k") for index in written}
+    write_halves(raw, half_topic, txn_id, messages, count)
     endpoint = OutboxProducer(outbox_settings)
     endpoint.serve_checks(
         resolver=FunctionResolver(lambda asked: LocalTransactionState.COMMIT), secret=SECRET
@@ -384,26 +389,9 @@ def test_a_resumed_transaction_held_in_part_fetches_its_other_copies_before_deci
     COMMIT answer then found the transaction incomplete."""
     half_topic = outbox_settings.topics.half
     raw = Producer({"bootstrap.servers": kafka_bootstrap})
-    txn_id, offsets = new_transaction_id(), [0, 0]
+    txn_id = new_transaction_id()
     copies = [HalfMessage("orders", f"{index}".encode(), b"k") for index in (0, 1)]
-    for index, message in enumerate(copies):
-        headers = encode_half_headers(
-            txn_id=txn_id,
-            producer_group="orders",
-            message=message,
-            index=index,
-            count=None,
-            created_at_ms=0,
-        )
-        raw.produce(
-            half_topic,
-            message.value,
-            txn_id.encode(),
-            0,
-            headers=headers,
-            on_delivery=lambda err, msg, i=index: offsets.__setitem__(i, msg.offset()),
-        )
-    assert raw.flush(10) == 0
+    offsets = write_halves(raw, half_topic, txn_id, dict(enumerate(copies)))
     checker = Checker(checker_settings(kafka_bootstrap, outbox_settings.topic_prefix))
     checker._fetcher = HalfFetcher(checker._config(), half_topic)  # what run() sets up
     entry = Pending(txn_id, "orders", 0, resumed_offsets=tuple(offsets))
