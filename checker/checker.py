@@ -370,6 +370,7 @@ class Checker:
         may have been read before it and some after, the two topics being read together)."""
         if len(entry.records) < len(entry.resumed_offsets):
             found = self._fetcher.fetch(entry.partition, entry.resumed_offsets, entry.txn_id)
+            entry.resumed_offsets = ()  # fetched: a copy gone now stays gone (no second read)
             for record in found or ():
                 entry.records.setdefault(record.index, record)
         return entry

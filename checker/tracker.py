@@ -25,7 +25,8 @@ class Pending:
     due_ms: int = 0
     checks: int = 0
     unreachable_since_ms: int | None = None
-    #: Set when resumed with no record in hand: where the resumed copies are, to fetch them.
+    #: Set when resumed with no record in hand: where the resumed copies are, to fetch them
+    #: (once: emptied by the fetch).
     resumed_offsets: tuple[int, ...] = ()
     #: Message indices whose dead-letter copy the broker took: a give-up repeated because its
     #: GIVEN_UP op was not written does not copy them again.

@@ -394,9 +394,9 @@ def why_incomplete(records: Iterable[HalfRecord]) -> str | None:
     if len(counts) > 1:
         return f"its half records disagree on its message count ({sorted(counts)})"
     count = counts.pop() if counts else max(held) + 1
-    beyond = sorted(i for i in held if i >= count)
+    beyond = [i for i in held if i >= count]
     if beyond:
-        return f"message index {beyond[0]} is past its message count {count}"
+        return f"message index {min(beyond)} is past its message count {count}"
     missing = count - len(held)
     if missing:
         first = list(islice((i for i in range(count) if i not in held), 10))
