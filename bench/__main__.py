@@ -26,6 +26,7 @@ from typing import Any
 
 from bench import (
     audit_path,
+    calibration,
     ceilings,
     charts,
     checker_path,
@@ -131,12 +132,18 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def run_scenarios(
-    services: Services, config: BenchConfig, ctx: Context, profile: str | None
+    services: Services,
+    config: BenchConfig,
+    ctx: Context,
+    profile: str | None,
+    speeds: dict[str, list[float]],
 ) -> tuple[dict[str, ScenarioResult], dict[str, str]]:
+    """Each scenario, with the host's Python speed before and after it put in ``speeds``."""
     results: dict[str, ScenarioResult] = {}
     errors: dict[str, str] = {}
     for name in config.scenarios:
-        print(f"== {name}", flush=True)
+        speeds[name] = [round(calibration.python_speed(), 2)]
+        print(f"== {name} (Python speed {speeds[name][0]} M steps/s)", flush=True)
         began = time.monotonic()
         try:
             if name == "producer" and profile:
@@ -146,7 +153,9 @@ def run_scenarios(
         except Exception:  # one scenario failing must not lose the others' figures
             errors[name] = traceback.format_exc()
             print(f"!! {name} could not run:\n{errors[name]}", file=sys.stderr, flush=True)
-        print(f"== {name}: {time.monotonic() - began:.0f} s", flush=True)
+        elapsed = time.monotonic() - began
+        speeds[name].append(round(calibration.python_speed(), 2))
+        print(f"== {name}: {elapsed:.0f} s (Python speed {speeds[name][1]} M steps/s)", flush=True)
     return results, errors
 
 
@@ -174,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         document["services"] = services.describe()
         print(f"services: {report.machine_line(document)}", flush=True)
-        results, errors = run_scenarios(services, config, ctx, args.profile)
+        document["python_speed"] = speeds = {}
+        results, errors = run_scenarios(services, config, ctx, args.profile, speeds)
     finally:
         services.close()
     return finish(args, config, ctx, document, results, errors)

@@ -101,6 +101,21 @@ def machine_line(document: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def speed_line(document: dict[str, Any]) -> str | None:
+    """The host's Python speed before and after each scenario (bench/calibration.py); None for a
+    results file written before the probe existed."""
+    speeds = document.get("python_speed")
+    if not speeds:
+        return None
+    each = ", ".join(
+        f"{name} {' -> '.join(f'{v:g}' for v in values)}" for name, values in speeds.items()
+    )
+    return (
+        f"Python speed (M steps/s of a fixed loop, before -> after each scenario; "
+        f"bench/calibration.py): {each}"
+    )
+
+
 def _cell(row_metrics: dict[str, Any], metric: str) -> str:
     summary = row_metrics.get(metric)
     if summary is None:
@@ -145,6 +160,7 @@ def render(
         f"# Benchmark {document['timestamp']}"
         + (" (QUICK MODE: smoke run, not results)" if quick else ""),
         f"Machine: {machine_line(document)}",
+        *filter(None, [speed_line(document)]),
         f"Runs per configuration: {document['settings']['runs']} after a warm-up; cells are "
         "median (min-max over the runs).",
         "## Targets (issue 8)",
@@ -171,6 +187,7 @@ def readme_block(
         f"Latest run: {document['timestamp']} (`make bench`, {runs} run{'s' if runs != 1 else ''} "
         "per configuration after a warm-up; median (min-max)), on: "
         f"{machine_line(document)}.",
+        *[part for line in filter(None, [speed_line(document)]) for part in ("", f"{line}.")],
         "",
         targets_table(targets),
     ]
