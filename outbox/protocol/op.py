@@ -90,17 +90,36 @@ def decode_op(
         )
     try:
         half = doc["half"]
+        half_partition, offsets, decided_at_ms = (
+            half["partition"],
+            half["offsets"],
+            doc["decided_at_ms"],
+        )
+        reason = doc.get("reason")
+        # Numbers are JSON integers, as Spark's audit reads them: int() would take "3" and
+        # truncate 3.7, and orjson reads an integer past 64 bits as a float.
+        if not (
+            type(half_partition) is int
+            and type(decided_at_ms) is int
+            and type(offsets) is list
+            and half_partition >= 0
+            and (reason is None or type(reason) is str)
+        ):
+            raise TypeError(_not_numbers(half_partition, offsets, decided_at_ms, reason))
+        for half_offset in offsets:
+            if type(half_offset) is not int or half_offset < 0:
+                raise TypeError(f"half.offsets holds {half_offset!r}: offsets are integers >= 0")
         op: OpRecord = frozen(
             OpRecord,
             {
                 "txn_id": validate_transaction_id(doc["txn_id"]),
                 "state": _STATES[doc["state"]],
                 "producer_group": str(doc["producer_group"]),
-                "half_partition": int(half["partition"]),
-                "half_offsets": tuple(map(int, half["offsets"])),
+                "half_partition": half_partition,
+                "half_offsets": tuple(offsets),
                 "decided_by": _DECIDERS[doc["decided_by"]],
-                "decided_at_ms": int(doc["decided_at_ms"]),
-                "reason": doc.get("reason"),
+                "decided_at_ms": decided_at_ms,
+                "reason": reason,
                 "partition": partition,
                 "offset": offset,
             },
@@ -112,6 +131,19 @@ def decode_op(
         where = _where(partition, offset)
         raise ProtocolError(f"{where}: key {key!r} differs from its txn_id {op.txn_id!r}")
     return op
+
+
+def _not_numbers(
+    half_partition: object, offsets: object, decided_at_ms: object, reason: object
+) -> str:
+    """Which of the checked fields is wrong (formatted only once one is)."""
+    if type(half_partition) is not int or half_partition < 0:
+        return f"half.partition is {half_partition!r}: a partition is an integer >= 0"
+    if type(offsets) is not list:
+        return f"half.offsets is {offsets!r}: a list of integers"
+    if type(decided_at_ms) is not int:
+        return f"decided_at_ms is {decided_at_ms!r}: Unix milliseconds, an integer"
+    return f"reason is {reason!r}: a string, or left out"
 
 
 def _where(partition: int, offset: int) -> str:

@@ -205,6 +205,34 @@ def test_an_op_document_json_does_not_allow_is_refused_where_it_was_read(
         decode_op(key, written.replace(*value), partition=2, offset=7)
 
 
+@pytest.mark.parametrize(
+    ("written", "replaced", "named"),
+    [
+        (b'"partition":1', b'"partition":"1"', "half.partition is '1'"),
+        (b'"partition":1', b'"partition":1.7', "half.partition is 1.7"),
+        (b'"partition":1', b'"partition":-1', "half.partition is -1"),
+        (b'"partition":1', b'"partition":true', "half.partition is True"),
+        (b'"offsets":[4]', b'"offsets":"4"', "half.offsets is '4'"),
+        (b'"offsets":[4]', b'"offsets":[4.0]', "half.offsets holds 4.0"),
+        (b'"offsets":[4]', b'"offsets":[4,-1]', "half.offsets holds -1"),
+        # past 64 bits, which orjson reads as a float: refused rather than rounded
+        (b'"offsets":[4]', b'"offsets":[1180591620717411303424]', "half.offsets holds 1.18"),
+        (b'"decided_at_ms":10', b'"decided_at_ms":"10"', "decided_at_ms is '10'"),
+        (b'"reason":"r"', b'"reason":5', "reason is 5"),
+    ],
+)
+def test_an_op_number_that_is_not_a_json_integer_is_refused_by_name(
+    written: bytes, replaced: bytes, named: str
+) -> None:
+    op = OpRecord(TXN, OpState.COMMIT, "g", 1, (4,), DecidedBy.CHECKER, 10, reason="r")
+    key, value = encode_op(op)
+    assert written in value
+    with pytest.raises(ProtocolError, match="malformed field") as raised:
+        decode_op(key, value.replace(written, replaced), partition=2, offset=7)
+    assert named in str(raised.value)
+    assert "op record at partition 2 offset 7" in str(raised.value)
+
+
 def test_an_op_reason_outside_ascii_round_trips() -> None:
     op = OpRecord(TXN, OpState.ROLLBACK, "g", 1, (4,), DecidedBy.CHECKER, 10, reason="naïve ✓")
     key, value = encode_op(op)
