@@ -29,6 +29,12 @@ class DeadLetterHeader(StrEnum):
     OMITTED = "outbox-dl-omitted"
 
 
+#: A longer reason is cut. Reasons quote the malformed field they refuse, and ``repr`` of binary
+#: bytes is four times their size: a dead letter its topic refuses even without the original
+#: record would be redone forever.
+MAX_REASON_CHARS = 4_000
+
+
 def dead_letter_headers(
     original: Sequence[tuple[str, bytes | str | None]] | None,
     *,
@@ -37,7 +43,10 @@ def dead_letter_headers(
     source_partition: int,
     source_offset: int,
 ) -> HeaderList:
-    """The original headers (bytes), then why and where from."""
+    """The original headers (bytes), then why (cut at :data:`MAX_REASON_CHARS`) and where from."""
+    if len(reason) > MAX_REASON_CHARS:
+        cut = len(reason) - MAX_REASON_CHARS
+        reason = f"{reason[:MAX_REASON_CHARS]}... ({cut:,} more characters cut)"
     headers: HeaderList = [
         (n, v.encode() if isinstance(v, str) else (v or b"")) for n, v in (original or ())
     ]

@@ -24,7 +24,9 @@ from outbox.protocol import (
     validate_transaction_id,
     why_incomplete,
 )
+from outbox.protocol.dead_letter import MAX_REASON_CHARS, DeadLetterHeader, dead_letter_headers
 from outbox.protocol.half import copy_headers
+from outbox.protocol.headers import Header
 
 TXN = new_transaction_id()
 
@@ -325,3 +327,26 @@ def test_a_transaction_is_whole_only_with_every_index_up_to_its_count(
 ) -> None:
     assert why_incomplete(records) == why
     assert why_incomplete(iter(records)) == why  # read once, any iterable
+
+
+def test_a_reason_quoting_a_huge_malformed_field_is_cut_in_the_dead_letter() -> None:
+    # repr() of binary bytes is four times their size: uncut, this reason alone would pass a
+    # topic's 1 MB limit, and the dead letter would be refused however often it is redone.
+    written = headers(1, **{Header.MESSAGE_INDEX.value: b"\x00" * 300_000})
+    with pytest.raises(ProtocolError) as raised:
+        decode_half(value=b"v", headers=written, partition=1, offset=9)
+    reason = str(raised.value)
+    assert len(reason) > 1_000_000
+    letter = dict(
+        dead_letter_headers(
+            None, reason=reason, source_topic="t", source_partition=1, source_offset=9
+        )
+    )
+    kept = letter[DeadLetterHeader.REASON.value]
+    assert isinstance(kept, bytes)
+    assert kept.startswith(reason[:MAX_REASON_CHARS].encode())
+    assert kept.endswith(f"... ({len(reason) - MAX_REASON_CHARS:,} more characters cut)".encode())
+    short = dict(
+        dead_letter_headers(None, reason="r", source_topic="t", source_partition=1, source_offset=9)
+    )
+    assert short[DeadLetterHeader.REASON.value] == b"r"
