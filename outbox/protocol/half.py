@@ -342,17 +342,29 @@ def copy_headers(record: HalfRecord, *, check_count: int | None = None) -> Heade
     if check_count is None or check_count == record.check_count:
         headers = [(n, v) for n, v in record.raw_headers if n != _ORIGIN]
     else:
-        headers = encode_half_headers(
-            txn_id=record.txn_id,
-            producer_group=record.producer_group,
-            message=record.message,
-            index=record.index,
-            count=record.count,
-            created_at_ms=record.created_at_ms,
-            check_count=check_count,
-            check_immunity_s=record.check_immunity_s,
-            schema_version=record.schema_version,
-        )
+        # Ours re-encoded, in place: every other header (the user's, repeats included, and
+        # any outbox-* header this version does not know) is carried over as it was.
+        fresh = {
+            n: v
+            for n, v in encode_half_headers(
+                txn_id=record.txn_id,
+                producer_group=record.producer_group,
+                message=record.message,
+                index=record.index,
+                count=record.count,
+                created_at_ms=record.created_at_ms,
+                check_count=check_count,
+                check_immunity_s=record.check_immunity_s,
+                schema_version=record.schema_version,
+            )
+            if n.startswith(RESERVED_HEADER_PREFIX)
+        }
+        headers = [
+            (n, fresh.pop(n, v) if n.startswith(RESERVED_HEADER_PREFIX) else v)
+            for n, v in record.raw_headers
+            if n != _ORIGIN
+        ]
+        headers += fresh.items()  # a field the original lacked (none today)
     headers.append((_ORIGIN, str(record.original_offset).encode()))
     return headers
 

@@ -97,6 +97,20 @@ def test_a_copy_is_written_in_its_originals_version(version: int) -> None:
     assert reread.message == original.message and reread.index == original.index
 
 
+@pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
+def test_a_resumed_copy_keeps_headers_this_version_does_not_know(version: int) -> None:
+    """``resume`` rewrites the check count only: a header a newer writer or a tracing layer
+    added, and a user header repeated, stay as they were, where they were."""
+    written = [("app", b"2"), *headers(version), ("outbox-trace", b"t-1")]
+    original = decode_half(value=b"v", headers=written, partition=1, offset=9)
+    again = copy_headers(original, check_count=5)
+    assert [n for n, _ in again] == [*(n for n, _ in written), "outbox-origin-offset"]
+    assert ("outbox-trace", b"t-1") in again
+    assert [v for n, v in again if n == "app"] == [b"2", b"1"]
+    reread = decode_half(value=b"v", headers=again, partition=1, offset=30)
+    assert (reread.check_count, reread.origin_offset, reread.txn_id) == (5, 9, TXN)
+
+
 @pytest.mark.parametrize(
     ("written", "message"),
     [
