@@ -9,16 +9,20 @@ interval) promotes, and a ``read_committed`` consumer in its own process stamps 
 arrival on the same machine-wide clock. Latency = arrival - commit.
 
 The rate the system really committed is reported beside the offered one: when it cannot keep
-up, the scheduler waits for a free worker and the achieved rate shows it.
+up, the scheduler waits for a free worker and the achieved rate shows it. How busy the machine
+was while the load ran, and which process used the cores (``bench/cpu.py``), is recorded with
+each run: a latency measured on a saturated machine is a queue's.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import os
 import random
 import threading
 import time
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -28,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 import outbox
 from bench.baselines import create_outbox_table, place_order_b
 from bench.config import BenchConfig
+from bench.cpu import CpuMeter, Roles, kafka_brokers, postgres_servers
 from bench.model import Row, ScenarioResult, repeat
 from bench.procs import Child, Context, create_topic, holds_partitions, relay_env, unique
 from bench.producer_path import outbox_settings
@@ -46,6 +51,15 @@ UNITS = {
     "undelivered": "count",
     "errors": "count",
     "shed": "count",
+    # DB commit -> the relay's produce() (the promoted record's timestamp; both wall clock)
+    "to_relay_p50_ms": "ms",
+    "to_relay_p99_ms": "ms",
+    # where the cores went while the load ran (bench/cpu.py); only "busy" is a table column
+    "cores_busy": "cores",
+    "cores_generator": "cores",
+    "cores_relay": "cores",
+    "cores_broker": "cores",
+    "cores_database": "cores",
 }
 COLUMNS = {
     "p50_ms": "p50 ms",
@@ -55,6 +69,7 @@ COLUMNS = {
     "undelivered": "undelivered",
     "errors": "errors",
     "shed": "not issued",
+    "cores_busy": "busy cores",
 }
 _current = threading.local()
 
@@ -72,6 +87,7 @@ class Pipeline:
         self.topic = unique("bench-e2e")
         create_topic(services.bootstrap, self.topic)
         self.commits: dict[str, int] = {}
+        self.commits_wall_ms: dict[str, int] = {}
         self.factory = sessionmaker(self.engine)
         sa.event.listen(self.factory, "after_commit", self._committed)
         self._seqs = itertools.count(1)
@@ -115,6 +131,7 @@ class Pipeline:
         seq = getattr(_current, "seq", None)
         if seq is not None:
             self.commits[seq] = time.monotonic_ns()
+            self.commits_wall_ms[seq] = time.time_ns() // 1_000_000
 
     def _ours(self) -> Any:
         assert self.producer is not None
@@ -139,6 +156,22 @@ class Pipeline:
         finally:
             _current.seq = None
         return seq
+
+    def cpu_roles(self) -> Roles:
+        """The processes of this pipeline's run, by role (SQLite runs inside the generator)."""
+
+        def relay() -> list[int]:
+            proc = self.relay.proc
+            return [proc.pid] if proc is not None and proc.poll() is None else []
+
+        roles: dict[str, Callable[[], Iterable[int]]] = {
+            "generator": lambda: [os.getpid()],
+            "relay": relay,
+            "broker": kafka_brokers,
+        }
+        if self.db == "postgresql":
+            roles["database"] = postgres_servers
+        return roles
 
     def close(self) -> None:
         self.relay.stop()
@@ -195,16 +228,23 @@ def open_loop(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> 
 def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> dict[str, float]:
     """One timed run: load, wait for the records to become visible, then the latencies."""
     before = pipeline.watcher.count
+    meter = CpuMeter(pipeline.cpu_roles())
+    meter.start()
     load = open_loop(pipeline, rate, seconds, workers)
+    cores = meter.stop()
     committed: list[str] = load["committed"]
     pipeline.watcher.wait_for(before + len(committed), timeout=60, stalled_after=20)
-    arrived = pipeline.watcher.snapshot().first_arrival()
+    snapshot = pipeline.watcher.snapshot()
+    arrived, produced = snapshot.first_arrival(), snapshot.first_timestamp()
     latencies = [
         (arrived[seq] - pipeline.commits[seq]) / 1e6
         for seq in committed
         if seq in arrived and seq in pipeline.commits
     ]
     p50, p99 = percentiles(latencies, (50, 99))
+    walls = pipeline.commits_wall_ms
+    to_relay = [produced[seq] - walls[seq] for seq in committed if seq in produced and seq in walls]
+    r50, r99 = percentiles(to_relay, (50, 99))
     return {
         "p50_ms": p50,
         "p99_ms": p99,
@@ -213,6 +253,9 @@ def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> di
         "undelivered": float(len(committed) - len(latencies)),
         "errors": float(len(load["errors"])),
         "shed": float(load["shed"]),
+        "to_relay_p50_ms": r50,
+        "to_relay_p99_ms": r99,
+        **{f"cores_{role}": used for role, used in cores.items()},
     }
 
 
@@ -250,6 +293,9 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         f"(ours: defaults; B: polling interval {config.poll_interval_s * 1000:.0f} ms, batches of "
         f"{config.b_batch}). 'undelivered': committed but not visible within the drain time; "
         "'not issued': scheduled in the window while every worker was busy. "
+        f"'busy cores': the machine's, of {os.cpu_count()}, while the load ran; the JSON splits "
+        "them into generator (this process, with SQLite), relay, broker and database, and gives "
+        "the time from DB commit to the relay's produce() (the record's timestamp). "
         f"Consumer: read_committed, {', '.join(config.e2e_consumer) or 'librdkafka defaults'}."
     )
     result.seconds = time.monotonic() - started

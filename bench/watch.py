@@ -52,6 +52,14 @@ class Arrivals:
             first.setdefault(tag, at)
         return first
 
+    def first_timestamp(self) -> dict[str, int]:
+        """Tag -> the record's own timestamp (ms, wall clock) where it was first seen: for a
+        promoted record, when the relay produced it."""
+        first: dict[str, int] = {}
+        for tag, ms in zip(self.tags, self.broker_ms, strict=True):
+            first.setdefault(tag, ms)
+        return first
+
     @property
     def duplicates(self) -> int:
         return len(self.tags) - len(set(self.tags))
