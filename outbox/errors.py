@@ -103,3 +103,20 @@ class TransactionFencedError(OutboxError):
 
 class TopicMismatchError(OutboxError):
     """Raised when an internal topic exists with a partition count or policy we cannot work with."""
+
+
+#: How much of an offending value an error message quotes (characters of its ``repr``).
+QUOTED_CHARS = 80
+
+
+def quoted(value: object, limit: int = QUOTED_CHARS) -> str:
+    """``repr(value)`` cut to ``limit`` characters, saying how much was left out.
+
+    Messages name the value they refuse, but a malformed field read off a topic can be
+    megabytes (``repr`` of binary bytes is four times their size): quoted whole, it would flood
+    the log and make the dead letter carrying the message too large for its topic.
+    """
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"

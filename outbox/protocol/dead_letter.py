@@ -29,9 +29,9 @@ class DeadLetterHeader(StrEnum):
     OMITTED = "outbox-dl-omitted"
 
 
-#: A longer reason is cut. Reasons quote the malformed field they refuse, and ``repr`` of binary
-#: bytes is four times their size: a dead letter its topic refuses even without the original
-#: record would be redone forever.
+#: A longer reason is cut. The decoders quote at most a part of the field they refuse
+#: (``outbox.errors.quoted``); this is the guard for every other reason: a dead letter its topic
+#: refuses even without the original record would be redone forever.
 MAX_REASON_CHARS = 4_000
 
 

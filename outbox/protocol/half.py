@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from itertools import islice
 from typing import NoReturn
 
-from outbox.errors import ProtocolError, UnknownSchemaVersionError
+from outbox.errors import ProtocolError, UnknownSchemaVersionError, quoted
 from outbox.protocol.frozen import frozen
 from outbox.protocol.headers import (
     FIELD_SEPARATOR,
@@ -384,7 +384,8 @@ def _int(headers: dict[str, bytes], name: Header, where: str) -> int:
     try:
         return int(text)
     except ValueError as err:
-        raise ProtocolError(f"{where}: header {name.value}={text!r} is not an integer") from err
+        shown = quoted(text)
+        raise ProtocolError(f"{where}: header {name.value}={shown} is not an integer") from err
 
 
 def why_incomplete(records: Iterable[HalfRecord]) -> str | None:

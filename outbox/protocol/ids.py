@@ -7,7 +7,7 @@ import re
 import time
 import uuid
 
-from outbox.errors import ProtocolError
+from outbox.errors import ProtocolError, quoted
 
 
 def new_transaction_id() -> str:
@@ -38,9 +38,11 @@ def validate_transaction_id(value: object) -> str:
     try:
         parsed = uuid.UUID(value)
     except ValueError as err:
-        raise ProtocolError(f"transaction id {value!r} is not a UUID") from err
+        raise ProtocolError(f"transaction id {quoted(value)} is not a UUID") from err
     if str(parsed) != value:
-        raise ProtocolError(f"transaction id {value!r} is not in canonical lowercase UUID form")
+        raise ProtocolError(
+            f"transaction id {quoted(value)} is not in canonical lowercase UUID form"
+        )
     return value
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from outbox.errors import ProtocolError, UnknownSchemaVersionError
+from outbox.errors import ProtocolError, UnknownSchemaVersionError, quoted
 from outbox.protocol.frozen import frozen
 from outbox.protocol.headers import SCHEMA_VERSION
 from outbox.protocol.ids import validate_transaction_id
@@ -85,8 +85,8 @@ def decode_op(
         raise ProtocolError(f"{_where(partition, offset)} is not a JSON object")
     if doc.get("v") != SCHEMA_VERSION:
         raise UnknownSchemaVersionError(
-            f"{_where(partition, offset)} has schema version {doc.get('v')!r}; this code reads "
-            f"version {SCHEMA_VERSION} only - upgrade the reader"
+            f"{_where(partition, offset)} has schema version {quoted(doc.get('v'))}; this "
+            f"code reads version {SCHEMA_VERSION} only - upgrade the reader"
         )
     try:
         half = doc["half"]
@@ -108,7 +108,8 @@ def decode_op(
             raise TypeError(_not_numbers(half_partition, offsets, decided_at_ms, reason))
         for half_offset in offsets:
             if type(half_offset) is not int or half_offset < 0:
-                raise TypeError(f"half.offsets holds {half_offset!r}: offsets are integers >= 0")
+                shown = quoted(half_offset)
+                raise TypeError(f"half.offsets holds {shown}: offsets are integers >= 0")
         op: OpRecord = frozen(
             OpRecord,
             {
@@ -126,10 +127,11 @@ def decode_op(
         )
     except (KeyError, TypeError, ValueError) as err:
         where = _where(partition, offset)
-        raise ProtocolError(f"{where} has a missing or malformed field: {err!r}") from err
+        shown = quoted(err, 200)
+        raise ProtocolError(f"{where} has a missing or malformed field: {shown}") from err
     if key is not None and key != op.txn_id.encode():
         where = _where(partition, offset)
-        raise ProtocolError(f"{where}: key {key!r} differs from its txn_id {op.txn_id!r}")
+        raise ProtocolError(f"{where}: key {quoted(key)} differs from its txn_id {op.txn_id!r}")
     return op
 
 
@@ -138,12 +140,12 @@ def _not_numbers(
 ) -> str:
     """Which of the checked fields is wrong (formatted only once one is)."""
     if type(half_partition) is not int or half_partition < 0:
-        return f"half.partition is {half_partition!r}: a partition is an integer >= 0"
+        return f"half.partition is {quoted(half_partition)}: a partition is an integer >= 0"
     if type(offsets) is not list:
-        return f"half.offsets is {offsets!r}: a list of integers"
+        return f"half.offsets is {quoted(offsets)}: a list of integers"
     if type(decided_at_ms) is not int:
-        return f"decided_at_ms is {decided_at_ms!r}: Unix milliseconds, an integer"
-    return f"reason is {reason!r}: a string, or left out"
+        return f"decided_at_ms is {quoted(decided_at_ms)}: Unix milliseconds, an integer"
+    return f"reason is {quoted(reason)}: a string, or left out"
 
 
 def _where(partition: int, offset: int) -> str:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pickle
+from collections.abc import Callable
 from dataclasses import FrozenInstanceError, fields
 
+import orjson
 import pytest
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError
@@ -249,6 +251,12 @@ def test_an_op_number_that_is_not_a_json_integer_is_refused_by_name(
     assert "op record at partition 2 offset 7" in str(raised.value)
 
 
+def op_value(**changes: object) -> bytes:
+    """A valid op document with the named top-level fields replaced."""
+    op = OpRecord(TXN, OpState.COMMIT, "g", 1, (4,), DecidedBy.CHECKER, 10, reason="r")
+    return orjson.dumps(orjson.loads(encode_op(op)[1]) | changes)
+
+
 def test_an_op_reason_outside_ascii_round_trips() -> None:
     op = OpRecord(TXN, OpState.ROLLBACK, "g", 1, (4,), DecidedBy.CHECKER, 10, reason="naïve ✓")
     key, value = encode_op(op)
@@ -343,14 +351,49 @@ def test_a_transaction_is_whole_only_with_every_index_up_to_its_count(
     assert why_incomplete(iter(records)) == why  # read once, any iterable
 
 
-def test_a_reason_quoting_a_huge_malformed_field_is_cut_in_the_dead_letter() -> None:
-    # repr() of binary bytes is four times their size: uncut, this reason alone would pass a
-    # topic's 1 MB limit, and the dead letter would be refused however often it is redone.
-    written = headers(1, **{Header.MESSAGE_INDEX.value: b"\x00" * 300_000})
+@pytest.mark.parametrize(
+    ("decode", "names"),
+    [
+        (  # repr() of binary bytes is four times their size: 1.2 million characters
+            lambda: decode_half(
+                value=b"v",
+                headers=headers(1, **{Header.MESSAGE_INDEX.value: b"\x00" * 300_000}),
+                partition=1,
+                offset=9,
+            ),
+            "header outbox-message-index='\\x00",
+        ),
+        (
+            lambda: decode_half(
+                value=b"v", headers=headers(1, **{"outbox-txn-id": b"t" * 300_000}), offset=9
+            ),
+            "transaction id 'ttt",
+        ),
+        (lambda: decode_op(None, op_value(state="Z" * 300_000)), "KeyError('ZZZ"),
+        (
+            lambda: decode_op(None, op_value(half={"partition": 1, "offsets": "4" * 300_000})),
+            "'444",
+        ),
+        (lambda: decode_op(None, op_value(reason=[1] * 300_000)), "reason is [1, 1"),
+        (lambda: decode_op(None, op_value(v="9" * 300_000)), "schema version '999"),
+        (lambda: decode_op(b"k" * 300_000, op_value()), "key b'kkk"),
+    ],
+)
+def test_a_huge_malformed_field_is_quoted_in_part(decode: Callable[[], object], names: str) -> None:
+    """A message names the value it refuses, but not all of it: the log line and the dead
+    letter carrying the message stay small."""
     with pytest.raises(ProtocolError) as raised:
-        decode_half(value=b"v", headers=written, partition=1, offset=9)
-    reason = str(raised.value)
-    assert len(reason) > 1_000_000
+        decode()
+    message = str(raised.value)
+    assert names in message
+    assert len(message) < 600
+    assert "more characters)" in message
+
+
+def test_a_long_reason_is_cut_in_the_dead_letter() -> None:
+    # Uncut, a reason alone could pass a topic's 1 MB limit, and the dead letter would be
+    # refused however often it is redone.
+    reason = "x" * 1_200_000
     letter = dict(
         dead_letter_headers(
             None, reason=reason, source_topic="t", source_partition=1, source_offset=9
