@@ -87,7 +87,6 @@ class Pipeline:
         self.topic = unique("bench-e2e")
         create_topic(services.bootstrap, self.topic)
         self.commits: dict[str, int] = {}
-        self.commits_wall_ms: dict[str, int] = {}
         self.factory = sessionmaker(self.engine)
         sa.event.listen(self.factory, "after_commit", self._committed)
         self._seqs = itertools.count(1)
@@ -131,7 +130,6 @@ class Pipeline:
         seq = getattr(_current, "seq", None)
         if seq is not None:
             self.commits[seq] = time.monotonic_ns()
-            self.commits_wall_ms[seq] = time.time_ns() // 1_000_000
 
     def _ours(self) -> Any:
         assert self.producer is not None
@@ -242,8 +240,14 @@ def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> di
         if seq in arrived and seq in pipeline.commits
     ]
     p50, p99 = percentiles(latencies, (50, 99))
-    walls = pipeline.commits_wall_ms
-    to_relay = [produced[seq] - walls[seq] for seq in committed if seq in produced and seq in walls]
+    # record timestamps are wall clock, commits monotonic: one offset, read right after the run
+    wall_ns = time.time_ns() - time.monotonic_ns()
+    commits = pipeline.commits
+    to_relay = [
+        produced[seq] - (commits[seq] + wall_ns) / 1e6
+        for seq in committed
+        if seq in produced and seq in commits
+    ]
     r50, r99 = percentiles(to_relay, (50, 99))
     return {
         "p50_ms": p50,

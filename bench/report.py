@@ -187,10 +187,11 @@ def readme_block(
         f"Latest run: {document['timestamp']} (`make bench`, {runs} run{'s' if runs != 1 else ''} "
         "per configuration after a warm-up; median (min-max)), on: "
         f"{machine_line(document)}.",
-        *[part for line in filter(None, [speed_line(document)]) for part in ("", f"{line}.")],
-        "",
-        targets_table(targets),
     ]
+    speed = speed_line(document)
+    if speed is not None:
+        lines += ["", f"{speed}."]
+    lines += ["", targets_table(targets)]
     for result in results.values():
         lines += [
             "",

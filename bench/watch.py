@@ -47,17 +47,17 @@ class Arrivals:
 
     def first_arrival(self) -> dict[str, int]:
         """Tag -> when it was first seen (a repeat does not move it)."""
-        first: dict[str, int] = {}
-        for tag, at in zip(self.tags, self.arrival_ns, strict=True):
-            first.setdefault(tag, at)
-        return first
+        return self._first(self.arrival_ns)
 
     def first_timestamp(self) -> dict[str, int]:
         """Tag -> the record's own timestamp (ms, wall clock) where it was first seen: for a
         promoted record, when the relay produced it."""
+        return self._first(self.broker_ms)
+
+    def _first(self, values: list[int]) -> dict[str, int]:
         first: dict[str, int] = {}
-        for tag, ms in zip(self.tags, self.broker_ms, strict=True):
-            first.setdefault(tag, ms)
+        for tag, value in zip(self.tags, values, strict=True):
+            first.setdefault(tag, value)
         return first
 
     @property
