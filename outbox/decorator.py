@@ -10,14 +10,16 @@
         outbox.send("orders", f'{{"id": "{order_id}"}}', key=order_id)
 
 A function with a ``session`` parameter gets the transaction's session when the caller passes
-none. Calls nested inside a running transaction join it.
+none; a session the caller passes (by keyword or position) becomes the transaction's session, so
+the function's writes, the evidence row and the commit stay one database transaction. Calls
+nested inside a running transaction join it (with its session, or none).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -88,24 +90,89 @@ def transactional(fn: Callable[..., Any] | None = None, /, **options: Any) -> An
 
 
 def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
-    takes_session = "session" in inspect.signature(fn).parameters
+    _refuse_deferred(fn)
+    parameters = inspect.signature(fn).parameters
+    takes_session = "session" in parameters
+    position = _position(parameters, "session")
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         producer = options.get("producer") or _defaults.producer
         factory = options.get("session_factory") or _defaults.session_factory
-        if producer is None or factory is None:
+        # A session the caller passes is the transaction's: the outbox's evidence row and
+        # commit must be in the same database transaction as the function's writes.
+        given = _given_session(args, kwargs, position) if takes_session else None
+        if producer is None or (factory is None and given is None):
             raise ConfigurationError(
                 f"{fn.__qualname__} is @transactional but no producer/session factory is set; "
                 "call outbox.configure(producer=..., session_factory=...) at start-up or pass "
                 "them as options of the decorator"
             )
-        with producer.transaction(factory) as txn:
-            if takes_session and "session" not in kwargs:
+        with producer.transaction(given or factory) as txn:  # type: ignore[arg-type]
+            if takes_session and given is None:
                 kwargs["session"] = txn.session
-            return fn(*args, **kwargs)
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                _discard(result)
+                raise ConfigurationError(_deferred_message(fn, "returned an awaitable"))
+            return result
 
     return wrapper
+
+
+def _position(parameters: Mapping[str, inspect.Parameter], name: str) -> int | None:
+    """The index at which ``name`` can be passed positionally, if it can."""
+    for index, parameter in enumerate(parameters.values()):
+        if parameter.name == name:
+            positional = (parameter.POSITIONAL_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+            return index if parameter.kind in positional else None
+    return None
+
+
+def _given_session(args: tuple[Any, ...], kwargs: dict[str, Any], position: int | None) -> Any:
+    """The ``session`` the caller passed, by keyword or position; None if none."""
+    if "session" in kwargs:
+        return kwargs["session"]
+    if position is not None and len(args) > position:
+        return args[position]
+    return None
+
+
+def _refuse_deferred(fn: Callable[..., Any]) -> None:
+    """A coroutine or generator function's body runs after the call returns, so after the
+    transaction ended: its writes would never commit and its sends would have no transaction.
+
+    Raises:
+        ConfigurationError: naming the asyncio way.
+    """
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise ConfigurationError(_deferred_message(fn, "is a coroutine function (async def)"))
+    if inspect.isgeneratorfunction(fn):
+        raise ConfigurationError(
+            f"@transactional cannot run {_name(fn)}: it is a generator function, whose body "
+            "runs while it is iterated, after the transaction ended; return a list instead"
+        )
+
+
+def _deferred_message(fn: Callable[..., Any], what: str) -> str:
+    return (
+        f"@transactional cannot run {_name(fn)}: it {what}, whose body would run after the "
+        "synchronous database transaction ended - its writes never committed, its messages "
+        "sent outside any transaction. This version has no asyncio form of the outbox yet: "
+        "make the function synchronous (def) and call it from async code with "
+        "`await asyncio.to_thread(fn, ...)`"
+    )
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or repr(fn)
+
+
+def _discard(awaitable: object) -> None:
+    """Close a coroutine that will never run, so Python does not warn it was never awaited."""
+    close = getattr(awaitable, "close", None)
+    if callable(close):
+        close()
 
 
 def send(

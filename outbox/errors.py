@@ -17,6 +17,8 @@
     ├── ProducerClosedError
     ├── HalfSendError               half message not acknowledged; the local transaction did not run
     ├── TransactionFencedError      a check fenced this transaction id; the DB rolled back
+    ├── CommitInsideTransactionError  session.commit() inside an outbox transaction
+    ├── SendRolledBackError         a rollback undid work a half message was sent in
     ├── TopicMismatchError          an internal topic exists with the wrong settings
     └── KafkaOperationError         another Kafka failure (librdkafka error in ``.kafka_error``)
 
@@ -99,6 +101,16 @@ class HalfSendError(KafkaOperationError):
 
 class TransactionFencedError(OutboxError):
     """Raised when a check fenced this transaction id before it committed; the DB rolled back."""
+
+
+class CommitInsideTransactionError(OutboxError):
+    """Raised when code inside an outbox transaction calls ``session.commit()``; refused before
+    the database commits, and the transaction is rolled back."""
+
+
+class SendRolledBackError(OutboxError):
+    """Raised when a rollback inside an outbox transaction undid work a half message was sent
+    in; the whole transaction is rolled back (a sent message cannot be taken back)."""
 
 
 class TopicMismatchError(OutboxError):

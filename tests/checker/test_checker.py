@@ -26,7 +26,7 @@ from outbox import (
     OutboxSettings,
     TransactionalProducer,
 )
-from outbox.checks.resolver import FunctionResolver
+from outbox.checks.listener import FunctionResolver
 from outbox.protocol import DecidedBy, OpState, decode_half
 from relay import Relay, RelaySettings
 from tests.kafka_helpers import unique
@@ -65,10 +65,10 @@ def checker_settings(bootstrap: str, prefix: str, **overrides: Any) -> CheckerSe
 
 
 @contextmanager
-def checker_and_relay(bootstrap: str, prefix: str) -> Iterator[Checker]:
-    """A checker (:func:`checker_settings`) and a relay creating real topics, until the block
-    ends."""
-    checker = Checker(checker_settings(bootstrap, prefix))
+def checker_and_relay(bootstrap: str, prefix: str, **overrides: Any) -> Iterator[Checker]:
+    """A checker (:func:`checker_settings`, with ``overrides``) and a relay creating real
+    topics, until the block ends."""
+    checker = Checker(checker_settings(bootstrap, prefix, **overrides))
     running = [
         Background(checker),
         Background(

@@ -1,0 +1,145 @@
+"""Keeping the local transaction whole between the first half message and the outbox's COMMIT.
+
+The evidence row is written right after the first half message is acknowledged, and it must be
+in the commit that makes the transaction's work durable: a check that finds no row fences the
+id and answers ROLLBACK. User code inside ``@outbox.transactional`` or
+``producer.transaction()`` can break that with ordinary SQLAlchemy calls:
+
+- ``session.rollback()`` (or ``close()``) after a send: the evidence row and everything before it
+  are gone, and the writes that follow commit in a new database transaction;
+- a savepoint (``session.begin_nested()``) rolled back after a send inside it: the work around
+  the message is undone, but a sent half message cannot be taken back;
+- ``session.commit()``: the work commits before the outbox decides, and an exception after it
+  would write a ROLLBACK op for committed work.
+
+The rule: **a half message belongs to the database transaction scope it was sent in.** A
+rollback that undoes a scope a message was sent in undoes that message's reason to exist, and a
+sent message cannot be un-sent, so the outbox refuses to commit: the whole transaction rolls
+back, a ROLLBACK op is written and :class:`~outbox.errors.SendRolledBackError` is raised.
+A rollback of a savepoint that holds no send (``try: with session.begin_nested(): ...``) is
+fine. ``session.commit()`` inside the transaction is refused on the spot
+(:class:`~outbox.errors.CommitInsideTransactionError`), before the database commits anything,
+and the transaction is rolled back when it ends even if the caller caught the error.
+
+The guard hangs off ``Session.info`` and listens through three class-level SQLAlchemy session
+events, registered once; a session the outbox does not run costs a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session, SessionTransaction
+
+from outbox.errors import CommitInsideTransactionError, SendRolledBackError
+
+_KEY = "outbox.guard"
+
+
+class SessionGuard:
+    """Watches one session for the duration of one outbox transaction."""
+
+    def __init__(self, session: Session, txn_id: str) -> None:
+        self.session = session
+        self.txn_id = txn_id
+        #: The database transaction scopes (root and savepoints) active at some send.
+        self._scopes: list[SessionTransaction] = []
+        self._sends = 0
+        self._broken: str | None = None
+        self._commit_refused = False
+        self._committing = False
+
+    @classmethod
+    def attach(cls, session: Session, txn_id: str) -> SessionGuard:
+        guard = cls(session, txn_id)
+        session.info[_KEY] = guard
+        return guard
+
+    @staticmethod
+    def of(session: Session) -> SessionGuard | None:
+        """The guard watching ``session``, if an outbox transaction runs on it."""
+        guard = session.info.get(_KEY)
+        return guard if isinstance(guard, SessionGuard) else None
+
+    def detach(self) -> None:
+        if self.session.info.get(_KEY) is self:
+            del self.session.info[_KEY]
+
+    def sent(self) -> None:
+        """A half message was sent: the scopes open now must end in the outbox's commit."""
+        self._sends += 1
+        scope = self.session.get_nested_transaction() or self.session.get_transaction()
+        while scope is not None:
+            if not any(s is scope for s in self._scopes):
+                self._scopes.append(scope)
+            scope = scope.parent
+
+    def check(self) -> None:
+        """Raise, before the outbox commits, when the transaction is no longer whole.
+
+        Raises:
+            CommitInsideTransactionError: code inside the transaction called ``commit()``.
+            SendRolledBackError: a rollback undid a scope a half message was sent in.
+        """
+        if self._commit_refused:
+            raise CommitInsideTransactionError(_commit_message(self.txn_id))
+        if self._broken is not None:
+            raise SendRolledBackError(
+                f"transaction {self.txn_id}: {self._broken} after a half message was sent in "
+                "it; a sent message cannot be taken back, so the outbox rolled back the whole "
+                "transaction and its messages will never be delivered. Send messages only in "
+                "work that commits: send after the savepoint is released, or raise to abandon "
+                "the transaction and retry it as a new one"
+            )
+
+    def committing(self) -> None:
+        """The outbox's own COMMIT is next: let it through."""
+        self._committing = True
+
+    # -- the session events --------------------------------------------------------------
+
+    def _before_commit(self, session: Session) -> None:
+        if self._committing or session.in_nested_transaction():
+            return  # the outbox's own commit, or a savepoint's release
+        self._commit_refused = True
+        raise CommitInsideTransactionError(_commit_message(self.txn_id))
+
+    def _rolled_back(self, scope: SessionTransaction) -> None:
+        if self._broken is None and any(s is scope for s in self._scopes):
+            what = "a savepoint was rolled back" if scope.nested else "the session rolled back"
+            self._broken = what
+
+    def _ended(self, scope: SessionTransaction) -> None:
+        if self._committing or scope.parent is not None or self._broken is not None:
+            return
+        if any(s is scope for s in self._scopes):
+            self._broken = "the session's transaction ended (rolled back or closed)"
+
+
+def _commit_message(txn_id: str) -> str:
+    return (
+        f"transaction {txn_id}: session.commit() was called inside an outbox transaction; the "
+        "outbox commits when the decorated function returns (or the `with` block ends), after "
+        "which it writes the COMMIT op. Remove the call (use session.flush() to send SQL "
+        "early); the transaction is rolled back"
+    )
+
+
+@event.listens_for(Session, "before_commit")
+def _on_before_commit(session: Session) -> None:
+    guard = SessionGuard.of(session)
+    if guard is not None:
+        guard._before_commit(session)
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _on_soft_rollback(session: Session, previous: SessionTransaction) -> None:
+    guard = SessionGuard.of(session)
+    if guard is not None:
+        guard._rolled_back(previous)
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _on_transaction_end(session: Session, scope: SessionTransaction) -> None:
+    guard = SessionGuard.of(session)
+    if guard is not None:
+        guard._ended(scope)
