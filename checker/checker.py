@@ -38,6 +38,7 @@ from checker.settings import CheckerSettings
 from checker.tracker import Pending, Tracker
 from outbox.errors import ProtocolError
 from outbox.fetch import HalfFetcher
+from outbox.protocol.check import CheckedTransaction, split_requests
 from outbox.protocol.dead_letter import dead_letter_headers
 from outbox.protocol.half import HalfRecord, decode_half, why_incomplete
 from outbox.protocol.op import OpRecord, decode_op, encode_op
@@ -72,7 +73,9 @@ class Checker:
             interval_ms=int(settings.check_interval_s * 1000),
         )
         secret = settings.secret.encode() if settings.secret else None
-        self.client = CheckClient(secret, settings.request_timeout_s)
+        self.client = CheckClient(
+            secret, settings.request_timeout_s, max_request_bytes=settings.request_max_bytes
+        )
         self._closed = threading.Event()
         self._loop_at = time.monotonic()
         self._ready = (False, "starting")
@@ -236,18 +239,20 @@ class Checker:
         for entry in due:
             if entry.partition in ready:
                 by_group[entry.group].append(entry)
-        size = self.settings.batch_size
         batches = [
-            (group, entries[start : start + size])
+            (group, batch)
             for group, entries in by_group.items()
             if self.breakers[group].allows(now_ms / 1000)  # paused groups stay due, unpenalised
-            for start in range(0, len(entries), size)
+            for batch in self._requests(entries)
         ]
         # Back-pressure: at most this many requests per round; the rest stay due for the next.
         batches = batches[: self.settings.check_concurrency * 2]
         futures = {
-            self._pool.submit(self._ask, group, [e.txn_id for e in entries]): (group, entries)
-            for group, entries in batches
+            self._pool.submit(self._ask, group, [checked for _, checked in batch]): (
+                group,
+                [entry for entry, _ in batch],
+            )
+            for group, batch in batches
         }
         answered = [(*futures[f], f.result()) for f in as_completed(futures)]
         # One read to the end of every half partition a COMMIT answer names, for the round.
@@ -263,13 +268,37 @@ class Checker:
             self._apply(group, entries, result, now_ms, halves_read=halves_read)
         self._producer.flush(10)
 
-    def _ask(self, group: str, txn_ids: list[str]) -> Answers | NoAnswer:
+    def _requests(self, entries: list[Pending]) -> list[list[tuple[Pending, CheckedTransaction]]]:
+        """The check requests for one group's due transactions, each carrying the first half
+        record in hand of every transaction it asks about (its ``check_by`` routes the check at
+        the endpoint; its message is what ``check_local_transaction`` receives). A transaction
+        with no half record left to read (a resumed one whose copies are gone) is not asked
+        about: it is given up, as nothing of it could be delivered."""
+        checked: dict[str, tuple[Pending, CheckedTransaction]] = {}
+        for entry in entries:
+            entry = self._with_records(entry)
+            if not entry.records:
+                self._give_up(entry, "none of its half records is left to read")
+                continue
+            first = entry.records[min(entry.records)]
+            checked[entry.txn_id] = (
+                entry,
+                CheckedTransaction(entry.txn_id, first.check_by, entry.checks, first),
+            )
+        splits = split_requests(
+            (c for _, c in checked.values()),
+            max_ids=self.settings.batch_size,
+            max_bytes=self.settings.request_max_bytes,
+        )
+        return [[checked[c.txn_id] for c in split] for split in splits]
+
+    def _ask(self, group: str, transactions: list[CheckedTransaction]) -> Answers | NoAnswer:
         """Runs in a worker thread: HTTP only, no Kafka client is touched here."""
         instances = self.instances.pick(group, self.settings.failover_attempts)
         if not instances:
             return NoAnswer(f"no live instance of producer group {group!r}", asked=False)
         try:
-            return self.client.check(instances, txn_ids)
+            return self.client.check(instances, transactions)
         except NoAnswer as err:
             return err
 

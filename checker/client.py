@@ -1,16 +1,30 @@
-"""Asking producer instances about transactions: signed batch requests, with fail-over."""
+"""Asking producer instances about transactions: signed batch requests, with fail-over.
+
+Each request carries the half messages it asks about (:mod:`outbox.protocol.check`), a fresh
+nonce, and the id of the instance it is addressed to. An instance that refuses a request as
+stale tells its own time: the request is signed again with it, once, and later requests to that
+instance are signed on its clock, so a producer host whose clock is off still answers.
+"""
 
 from __future__ import annotations
 
 import http.client
-import json
 import logging
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 
-from outbox.checks import CHECK_PATH
 from outbox.checks.auth import sign
+from outbox.protocol.check import (
+    CHECK_PATH,
+    CheckedTransaction,
+    encode_request,
+    endpoint_time,
+    new_nonce,
+    states_in,
+)
 from outbox.protocol.registry import Registration
 from outbox.protocol.states import LocalTransactionState
 
@@ -26,12 +40,27 @@ class NoAnswer(Exception):
 
 
 class CheckClient:
-    def __init__(self, secret: bytes | None, timeout_s: float) -> None:
+    """Sends check requests; safe to share between threads.
+
+    Args:
+        secret: the HMAC key shared with the endpoints; None sends unsigned requests.
+        timeout_s: one request's timeout.
+        max_request_bytes: largest request body (values that do not fit are left out, and the
+            endpoint reads them back from the half topic).
+    """
+
+    def __init__(
+        self, secret: bytes | None, timeout_s: float, *, max_request_bytes: int = 1024 * 1024
+    ) -> None:
         self.secret = secret
         self.timeout_s = timeout_s
+        self.max_request_bytes = max_request_bytes
+        #: Seconds to add to this host's clock to sign for an instance (by check URL).
+        self._offsets: dict[str, float] = {}
+        self._lock = threading.Lock()
 
     def check(
-        self, instances: Sequence[Registration], txn_ids: Sequence[str]
+        self, instances: Sequence[Registration], transactions: Sequence[CheckedTransaction]
     ) -> dict[str, LocalTransactionState]:
         """Ask the first instance, failing over to the next on error or timeout.
 
@@ -44,57 +73,53 @@ class CheckClient:
         errors = []
         for instance in instances:
             try:
-                return self._ask(instance, txn_ids)
+                return self._ask(instance, transactions)
             except (OSError, ValueError, http.client.HTTPException) as err:
                 errors.append(f"{instance.check_url}: {err}")
                 log.warning(
-                    "check of %d txns at %s failed: %s", len(txn_ids), instance.check_url, err
+                    "check of %d txns at %s failed: %s",
+                    len(transactions),
+                    instance.check_url,
+                    err,
                 )
         raise NoAnswer("; ".join(errors) or "no live instance")
 
     def _ask(
-        self, instance: Registration, txn_ids: Sequence[str]
+        self, instance: Registration, transactions: Sequence[CheckedTransaction]
     ) -> dict[str, LocalTransactionState]:
-        body = json.dumps({"txn_ids": list(txn_ids)}).encode()
+        body = encode_request(
+            transactions,
+            nonce=new_nonce(),
+            instance_id=instance.instance_id,
+            max_bytes=self.max_request_bytes,
+        )
+        txn_ids = [t.txn_id for t in transactions]
+        try:
+            return states_in(self._post(instance, body), txn_ids)
+        except urllib.error.HTTPError as err:
+            their_time = endpoint_time(err.read()) if err.code == 401 else None
+            if their_time is None or self.secret is None:
+                raise
+            offset = their_time - time.time()
+            log.warning(
+                "the check endpoint %s refused a stale request: its clock is %+.0f s from "
+                "ours; signing with its clock",
+                instance.check_url,
+                offset,
+            )
+            with self._lock:
+                self._offsets[instance.check_url] = offset
+        return states_in(self._post(instance, body), txn_ids)
+
+    def _post(self, instance: Registration, body: bytes) -> bytes:
         headers = {"Content-Type": "application/json"}
         if self.secret:
-            headers.update(sign(self.secret, "POST", CHECK_PATH, body))
+            with self._lock:
+                offset = self._offsets.get(instance.check_url, 0.0)
+            headers.update(sign(self.secret, "POST", CHECK_PATH, body, now=time.time() + offset))
         request = urllib.request.Request(
             instance.check_url.rstrip("/") + CHECK_PATH, data=body, headers=headers, method="POST"
         )
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-            reply = response.read()
-        return states_in(reply, txn_ids)
-
-
-def states_in(reply: bytes, txn_ids: Sequence[str]) -> dict[str, LocalTransactionState]:
-    """The state of each of ``txn_ids`` in a check endpoint's reply.
-
-    Raises:
-        ValueError: the reply is not ``{"states": {txn_id: state}}`` naming every one asked, with
-            a state of :class:`LocalTransactionState`; the message quotes the reply's start.
-    """
-    start = reply[:120]
-    try:
-        document = json.loads(reply)
-    except ValueError as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        raise ValueError(f"the reply is not JSON ({err}): {start!r}") from err
-    states = document.get("states") if isinstance(document, dict) else None
-    if not isinstance(states, dict):
-        raise ValueError(f'the reply has no "states" object: {start!r}')
-    missing = [t for t in txn_ids if t not in states]
-    if missing:
-        raise ValueError(
-            f"the reply names {len(txn_ids) - len(missing)} of the {len(txn_ids)} transactions "
-            f"asked about; {missing[0]} is missing: {start!r}"
-        )
-    answer = {}
-    for txn_id in txn_ids:
-        try:
-            answer[txn_id] = LocalTransactionState(states[txn_id])
-        except ValueError:  # the enum's own refusal, whatever the value's type
-            known = ", ".join(LocalTransactionState)
-            raise ValueError(
-                f"the reply gives {txn_id} the state {states[txn_id]!r}, not one of {known}"
-            ) from None
-    return answer
+            reply: bytes = response.read()
+        return reply

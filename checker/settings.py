@@ -35,6 +35,10 @@ class CheckerSettings:
         registry_ttl_s: a producer instance is live while its last heartbeat is younger.
             Defaults to 30 s.
         batch_size: transaction ids per check request. Defaults to 200.
+        request_max_bytes: largest check request; a request carries the half messages it asks
+            about, and a value that does not fit is left out (the endpoint reads it back from
+            the half topic). Keep it at most the endpoints' ``max_body_bytes``. Defaults to
+            1 MiB, their default.
         request_timeout_s: one check request's timeout. Defaults to 10 s.
         failover_attempts: instances tried for one batch. Defaults to 3.
         check_concurrency: check requests in flight at once. Defaults to 4.
@@ -60,6 +64,7 @@ class CheckerSettings:
     no_producer_timeout_s: float = 600.0
     registry_ttl_s: float = 30.0
     batch_size: int = 200
+    request_max_bytes: int = 1024 * 1024
     request_timeout_s: float = 10.0
     failover_attempts: int = 3
     check_concurrency: int = 4
@@ -80,6 +85,10 @@ class CheckerSettings:
             raise ConfigurationError(
                 "the checker signs its requests: set OUTBOX_CHECKER_SECRET to the producers' "
                 "check secret (or insecure_local=True for unsigned local endpoints)"
+            )
+        if self.request_max_bytes < 4096:
+            raise ConfigurationError(
+                f"request_max_bytes={self.request_max_bytes!r} must be at least 4096"
             )
         for name in ("check_max", "batch_size", "failover_attempts", "check_concurrency"):
             if getattr(self, name) < 1:

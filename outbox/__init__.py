@@ -8,6 +8,7 @@ from __future__ import annotations
 from outbox.consumer import Deduplicator
 from outbox.decorator import configure, current_transaction, send, send_batch, transactional
 from outbox.errors import (
+    CommitInsideTransactionError,
     ConfigurationError,
     DelayNotSupportedError,
     HalfSendError,
@@ -21,14 +22,16 @@ from outbox.errors import (
     OutboxError,
     ProducerClosedError,
     ProtocolError,
+    SendRolledBackError,
     SerializationError,
     TopicMismatchError,
     TransactionFencedError,
     UnknownSchemaVersionError,
 )
-from outbox.message import Message, json_serializer
+from outbox.message import Message, MessageView, json_serializer
 from outbox.producer import OutboxProducer
 from outbox.protocol.states import LocalTransactionState
+from outbox.pruning import PruneResult, prune_evidence
 from outbox.settings import OutboxSettings
 from outbox.topics import ensure_topics
 from outbox.transaction import HalfCoordinates, OutboxTransaction
@@ -43,6 +46,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     # Errors
+    "CommitInsideTransactionError",
     "ConfigurationError",
     "Deduplicator",
     "DelayNotSupportedError",
@@ -57,6 +61,7 @@ __all__ = [
     "LocalTransactionState",
     "Message",
     "MessageTooLargeError",
+    "MessageView",
     "NoActiveTransactionError",
     "OutboxError",
     "OutboxProducer",
@@ -64,6 +69,8 @@ __all__ = [
     "OutboxTransaction",
     "ProducerClosedError",
     "ProtocolError",
+    "PruneResult",
+    "SendRolledBackError",
     "SendStatus",
     "SerializationError",
     "TopicMismatchError",
@@ -76,6 +83,7 @@ __all__ = [
     "current_transaction",
     "ensure_topics",
     "json_serializer",
+    "prune_evidence",
     "send",
     "send_batch",
     "transactional",

@@ -27,6 +27,14 @@ evidence_table = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
 )
 
+#: Mirrors migration ``outbox_0002``: one row, the pruning horizon (see :mod:`outbox.pruning`).
+horizon_table = sa.Table(
+    "outbox_evidence_horizon",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("pruned_before_ms", sa.BigInteger, nullable=False),
+)
+
 EVIDENCE = "evidence"
 FENCE = "fence"
 

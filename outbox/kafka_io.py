@@ -23,6 +23,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 from outbox.errors import HalfSendError, KafkaOperationError, ProducerClosedError
 from outbox.protocol.half import HalfMessage, encode_half_headers
 from outbox.protocol.op import OpRecord, encode_op
+from outbox.protocol.states import CheckBy
 from outbox.settings import OutboxSettings
 
 log = logging.getLogger("outbox")
@@ -38,6 +39,7 @@ class HalfBatch:
     messages: Sequence[HalfMessage]
     count: int | None
     check_immunity_s: int | None = None
+    check_by: str = CheckBy.EVIDENCE
 
 
 class _Waiter:
@@ -151,6 +153,7 @@ class KafkaIO:
                 created_at_ms=now_ms,
                 check_immunity_s=batch.check_immunity_s,
                 schema_version=self.settings.half_schema_version,
+                check_by=batch.check_by,
             )
             self._produce(topic, batch.txn_id.encode(), message.value, headers, batch, waiter, i)
         if not waiter.done.wait(self.settings.send_timeout_s + 5):

@@ -37,6 +37,8 @@ MAX_TOPIC_LENGTH = 249
 class Message:
     """A message as RocketMQ's API spells it: where it goes, what it says.
 
+    ``properties`` (RocketMQ's user properties) are sent as headers after ``headers``.
+
     ``delay_level`` and ``deliver_at_ms`` exist only to be refused: transactional messages cannot
     be delayed (RocketMQ clears the delay level of a transactional message).
     """
@@ -48,6 +50,46 @@ class Message:
     delay_level: int | None = None
     deliver_at_ms: int | None = None
     properties: dict[str, str] = field(default_factory=dict)
+
+
+def message_headers(message: Message) -> Headers | None:
+    """The headers a :class:`Message` is sent with: its ``headers``, then its ``properties``
+    (RocketMQ's user properties travel as Kafka headers, values UTF-8)."""
+    if not message.properties:
+        return message.headers
+    items = message.headers.items() if isinstance(message.headers, Mapping) else message.headers
+    return [*(items or ()), *message.properties.items()]
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageView(Message):
+    """A half message as a check hands it to ``check_local_transaction`` (RocketMQ 5's
+    ``MessageView``; RocketMQ 4 passes the half ``MessageExt``).
+
+    It is the first message the transaction sent, read back from the half topic: ``topic``,
+    ``key``, ``value`` and ``headers`` are as sent (serialized: bytes), and the fields below say
+    which transaction it belongs to. Look the business outcome up by them, e.g. the order id in
+    the key, and answer UNKNOWN while the local transaction may still commit.
+
+    Attributes:
+        transaction_id: the transaction id (``TransactionSendResult.transaction_id``).
+        producer_group: the group that sent it.
+        message_index: its position in the transaction (0 for the first message).
+        message_count: how many messages the transaction has, when known at send time.
+        partition: the half topic partition it is in.
+        offset: its offset there (RocketMQ's commit-log offset).
+        born_timestamp_ms: when the producer sent it (the producer's clock).
+        check_times: how many checks its producers answered before this one.
+    """
+
+    transaction_id: str
+    producer_group: str
+    message_index: int = 0
+    message_count: int | None = None
+    partition: int = -1
+    offset: int = -1
+    born_timestamp_ms: int = 0
+    check_times: int = 0
 
 
 def json_serializer(value: Any) -> bytes:

@@ -14,14 +14,25 @@ from outbox.settings import OutboxSettings
 log = logging.getLogger("outbox")
 
 
+def new_instance_id() -> str:
+    """A fresh producer instance id (12 hex digits)."""
+    return uuid.uuid4().hex[:12]
+
+
 class Heartbeat:
     """Announces ``check_url`` every ``interval_s`` until ``close()``, which tombstones it."""
 
     def __init__(
-        self, settings: OutboxSettings, check_url: str, *, version: str, interval_s: float = 5.0
+        self,
+        settings: OutboxSettings,
+        check_url: str,
+        *,
+        version: str,
+        interval_s: float = 5.0,
+        instance_id: str | None = None,
     ) -> None:
         self.registration = Registration(
-            settings.producer_group, uuid.uuid4().hex[:12], check_url, version
+            settings.producer_group, instance_id or new_instance_id(), check_url, version
         )
         self.topic = settings.topics.registry
         self.interval_s = interval_s

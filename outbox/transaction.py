@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from outbox.errors import InvalidMessageError, NoActiveTransactionError
 from outbox.kafka_io import HalfBatch
-from outbox.message import Headers, Message, Serializer, build_half_message
+from outbox.message import Headers, Message, Serializer, build_half_message, message_headers
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.ids import new_transaction_id
 from outbox.protocol.op import OpRecord
 from outbox.protocol.partitioning import partition_for
-from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
+from outbox.protocol.states import CheckBy, DecidedBy, LocalTransactionState, OpState
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
@@ -44,8 +44,9 @@ class OutboxTransaction:
         self,
         producer: OutboxProducer,
         *,
-        on_first_send: Callable[[OutboxTransaction], None] | None = None,
+        on_sent: Callable[[OutboxTransaction, bool], None] | None = None,
         check_immunity_s: int | None = None,
+        check_by: CheckBy = CheckBy.EVIDENCE,
     ) -> None:
         self.producer = producer
         self.txn_id = new_transaction_id()
@@ -54,8 +55,9 @@ class OutboxTransaction:
         self.state: LocalTransactionState | None = None
         #: The local transaction's session (decorator and context-manager forms).
         self.session: Session | None = None
-        self._on_first_send = on_first_send
+        self._on_sent = on_sent
         self._check_immunity_s = check_immunity_s
+        self._check_by = check_by
 
     @property
     def coordinates(self) -> HalfCoordinates | None:
@@ -98,7 +100,7 @@ class OutboxTransaction:
                 m.topic,
                 m.value,
                 m.key,
-                m.headers,
+                message_headers(m),
                 serializer=serializer,
                 delay=m.delay_level if m.delay_level is not None else m.deliver_at_ms,
             )
@@ -146,10 +148,11 @@ class OutboxTransaction:
             messages=messages,
             count=count,
             check_immunity_s=self._check_immunity_s,
+            check_by=self._check_by,
         )
         self.offsets += self.producer.kafka.send_halves(batch)
-        if first and self._on_first_send is not None:
-            self._on_first_send(self)
+        if self._on_sent is not None:
+            self._on_sent(self, first)
         return HalfCoordinates(self.partition, tuple(self.offsets))
 
     def _choose_partition(self, message: HalfMessage) -> int:

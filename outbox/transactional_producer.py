@@ -3,7 +3,10 @@
 For code ported from RocketMQ, or local work that is not one SQLAlchemy session. The half
 messages are sent first; only when they are acknowledged does the listener's
 ``execute_local_transaction`` run, and its answer (an exception counts as UNKNOWN, as in RocketMQ)
-decides the op. ``check_local_transaction`` is what the check endpoint asks when no op arrived.
+decides the op. When no op arrives (UNKNOWN, or the process died), the checker asks the group's
+check endpoint, which hands the transaction's first half message to the listener's
+``check_local_transaction`` (:mod:`outbox.checks.listener`): these transactions leave no evidence
+row, so the evidence table never answers for them.
 """
 
 from __future__ import annotations
@@ -14,20 +17,25 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
-from outbox.message import Message
+from outbox.checks.listener import CheckingListener
+from outbox.errors import InvalidMessageError
+from outbox.message import Message, message_headers
 from outbox.producer import OutboxProducer
-from outbox.protocol.states import LocalTransactionState
+from outbox.protocol.half import HalfMessage
+from outbox.protocol.states import CheckBy, LocalTransactionState
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
 log = logging.getLogger("outbox")
 
 
-class TransactionListener(Protocol):
-    """What the application implements (RocketMQ's ``TransactionListener``)."""
+class TransactionListener(CheckingListener, Protocol):
+    """What the application implements (RocketMQ's ``TransactionListener``): this, and
+    ``check_local_transaction(msg: MessageView)``."""
 
-    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState: ...
-
-    def check_local_transaction(self, msg: Message) -> LocalTransactionState: ...
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        """Run the local transaction for ``msg`` (the first message sent) and say how it
+        ended; UNKNOWN (or an exception) leaves it to the check."""
+        ...
 
 
 class SendStatus(StrEnum):
@@ -46,11 +54,30 @@ class TransactionSendResult:
 
 
 class TransactionalProducer:
-    """Sends messages in transaction, with the listener deciding the outcome."""
+    """Sends messages in transaction, with the listener deciding the outcome.
 
-    def __init__(self, producer: OutboxProducer, listener: TransactionListener) -> None:
+    Creating it sets the listener on ``producer`` (:meth:`OutboxProducer.set_transaction_listener`),
+    so the producer's check endpoint (``producer.serve_checks(...)``) answers this producer's
+    transactions with ``listener.check_local_transaction``. Create it in every process of the
+    group that serves checks.
+
+    Args:
+        answer_timeout_s: how long a check waits for ``check_local_transaction``; a later answer
+            counts as UNKNOWN. Defaults to 5 s.
+    """
+
+    def __init__(
+        self,
+        producer: OutboxProducer,
+        listener: TransactionListener,
+        *,
+        answer_timeout_s: float = 5.0,
+    ) -> None:
         self.producer = producer
         self.listener = listener
+        self._checks = producer.set_transaction_listener(
+            listener, answer_timeout_s=answer_timeout_s
+        )
 
     def send_message_in_transaction(
         self,
@@ -62,7 +89,9 @@ class TransactionalProducer:
         """Send the half message(s), run the local transaction, write its op.
 
         Several messages are delivered all-or-nothing (RocketMQ 5 allows one per transaction).
-        ``execute_local_transaction`` receives the first message.
+        ``execute_local_transaction`` receives the first message, and so does
+        ``check_local_transaction``. While ``execute_local_transaction`` runs, a check of this
+        transaction at this process answers UNKNOWN.
 
         Raises:
             InvalidMessageError: bad input; nothing was sent and the local transaction not run.
@@ -70,12 +99,15 @@ class TransactionalProducer:
         """
         messages = [msg] if isinstance(msg, Message) else list(msg)
         if not messages:
-            raise ValueError("send_message_in_transaction needs at least one message")
-        txn = OutboxTransaction(self.producer, check_immunity_s=check_immunity_s)
+            raise InvalidMessageError("send_message_in_transaction needs at least one message")
+        txn = OutboxTransaction(
+            self.producer, check_immunity_s=check_immunity_s, check_by=CheckBy.LISTENER
+        )
         halves = [self._build(txn, m) for m in messages]
-        coordinates = txn.send_messages(halves, count=len(halves))
-        state = self._execute(txn, messages[0], arg)
-        written = txn.finish(state)
+        with self._checks.executing(txn.txn_id):
+            coordinates = txn.send_messages(halves, count=len(halves))
+            state = self._execute(txn, messages[0], arg)
+            written = txn.finish(state)
         return TransactionSendResult(
             send_status=SendStatus.SEND_OK,
             transaction_id=txn.txn_id,
@@ -84,9 +116,9 @@ class TransactionalProducer:
             op_written=written,
         )
 
-    def _build(self, txn: OutboxTransaction, m: Message) -> Any:
+    def _build(self, txn: OutboxTransaction, m: Message) -> HalfMessage:
         delay = m.delay_level if m.delay_level is not None else m.deliver_at_ms
-        return txn.build(m.topic, m.value, m.key, m.headers, delay=delay)
+        return txn.build(m.topic, m.value, m.key, message_headers(m), delay=delay)
 
     def _execute(self, txn: OutboxTransaction, msg: Message, arg: Any) -> LocalTransactionState:
         try:

@@ -1,11 +1,17 @@
-"""``kafka-outbox topics ensure`` and ``kafka-outbox migrate``: the one-off set-up steps."""
+"""``kafka-outbox topics ensure``, ``migrate`` and ``evidence prune``: set-up and upkeep."""
 
 from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
 
 from outbox.errors import KafkaOperationError
 from outbox_cli.errors import CommandError, UnreachableError, UsageError
 from outbox_cli.kafka import connection, probe
 from outbox_cli.settings import operator_settings
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 
 def ensure_topics(replication_factor: int, timeout: float) -> int:
@@ -27,10 +33,43 @@ def ensure_topics(replication_factor: int, timeout: float) -> int:
 
 def migrate(db_url: str, revision: str, timeout: float) -> int:
     """Run the outbox's Alembic migrations (evidence/fence table) against ``db_url``."""
+    from outbox import migrations
+
+    engine, shown = _engine(db_url, timeout)
+    engine.dispose()
+    migrations.upgrade(db_url, revision)
+    print(f"{shown}: outbox migrations applied up to {revision!r}")
+    return 0
+
+
+def prune(db_url: str, older_than_s: float, batch_size: int, timeout: float) -> int:
+    """Delete evidence and fence rows older than the retention (:mod:`outbox.pruning`)."""
+    from outbox.pruning import prune_evidence
+
+    engine, shown = _engine(db_url, timeout)
+    try:
+        done = prune_evidence(
+            engine, older_than=dt.timedelta(seconds=older_than_s), batch_size=batch_size
+        )
+    finally:
+        engine.dispose()
+    print(
+        f"{shown}: {done.deleted} evidence rows created before "
+        f"{done.pruned_before.isoformat(timespec='seconds')} deleted; checks of transactions "
+        "older than that answer UNKNOWN when their row is gone"
+    )
+    return 0
+
+
+def _engine(db_url: str, timeout: float) -> tuple[sa.Engine, str]:
+    """An engine on ``db_url``, connected once; and the URL to print, password hidden.
+
+    Raises:
+        UsageError: a malformed URL, or no driver for it.
+        UnreachableError: the database does not answer.
+    """
     import sqlalchemy as sa
     from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError
-
-    from outbox import migrations
 
     try:
         url = sa.engine.make_url(db_url)
@@ -57,7 +96,4 @@ def migrate(db_url: str, revision: str, timeout: float) -> int:
     except DBAPIError as err:
         reason = str(err.orig).strip().splitlines()[0] if err.orig else str(err)
         raise UnreachableError(f"cannot connect to the database at {shown}: {reason}") from err
-    engine.dispose()
-    migrations.upgrade(db_url, revision)
-    print(f"{shown}: outbox migrations applied up to {revision!r}")
-    return 0
+    return engine, shown

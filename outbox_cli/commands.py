@@ -27,6 +27,10 @@ def migrate(args: argparse.Namespace) -> int:
     return admin.migrate(args.db_url, args.revision, args.timeout)
 
 
+def evidence(args: argparse.Namespace) -> int:
+    return admin.prune(args.db_url, args.older_than, args.batch_size, args.timeout)
+
+
 def relay(args: argparse.Namespace) -> int:
     return services.run_relay(args.timeout)
 

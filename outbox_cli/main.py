@@ -21,6 +21,9 @@ from outbox_cli.errors import EXIT_CODES, PROBLEM, USAGE, CommandError, UsageErr
 from outbox_cli.history import DEFAULT_SLACK_S, parse_duration
 
 PROG = "kafka-outbox"
+#: ``evidence prune``'s default retention (outbox.pruning.DEFAULT_RETENTION, without importing
+#: SQLAlchemy to draw the help).
+PRUNE_RETENTION_S = 14 * 24 * 3600.0
 PASS_THROUGH = ("audit", "demo")
 
 
@@ -46,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate = _add(commands, "migrate", "create or upgrade the outbox tables (Alembic) in a DB")
     migrate.add_argument("--db-url", required=True, help="SQLAlchemy URL of the producer's DB")
     migrate.add_argument("--revision", default="heads", help="target revision; default heads")
+    _evidence(commands)
     _add(commands, "relay", "run a relay: promotes committed half messages to their topics")
     _add(commands, "checker", "run a checker: asks producers about undecided transactions")
     for name, text in (
@@ -141,6 +145,24 @@ def _topics(commands: Commands) -> None:
     )
 
 
+def _evidence(commands: Commands) -> None:
+    evidence = _add(commands, "evidence", "upkeep of a producer database's evidence table")
+    actions = evidence.add_subparsers(dest="action", metavar="ACTION", required=True)
+    prune = _add(actions, "prune", "delete evidence and fence rows older than the retention")
+    prune.add_argument("--db-url", required=True, help="SQLAlchemy URL of the producer's DB")
+    prune.add_argument(
+        "--older-than",
+        type=_duration,
+        default=PRUNE_RETENTION_S,
+        metavar="DURATION",
+        help="the retention: rows created longer ago go (at least 1d; keep them as long as "
+        "the half topic keeps records); default 14d",
+    )
+    prune.add_argument(
+        "--batch-size", type=int, default=10_000, help="rows per DB transaction; default 10000"
+    )
+
+
 def _txn_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("txn_id", metavar="TXN_ID", help="the transaction id (a UUIDv7)")
     parser.add_argument(
@@ -212,6 +234,7 @@ def dispatch(args: argparse.Namespace, rest: list[str]) -> int:
     handlers = {
         "topics": lambda: commands.topics(args),
         "migrate": lambda: commands.migrate(args),
+        "evidence": lambda: commands.evidence(args),
         "relay": lambda: commands.relay(args),
         "checker": lambda: commands.checker(args),
         "audit": lambda: commands.audit(rest),

@@ -4,6 +4,7 @@
 #   podman runc     - the containers provider on machines without a Docker engine
 #   busybox-static  - /bin/sh inside the images built from this machine's JDK and PostgreSQL
 #   chromium        - headless browser that renders the audit's HTML report in its test
+#   gcc             - builds the test shim that runs a check endpoint on a clock 10 minutes off
 # As root with apt-get it installs them; otherwise it says what to install and exits 0, so that
 # machines set up by hand (or with Docker) are not blocked.
 set -euo pipefail
@@ -13,6 +14,7 @@ command -v java >/dev/null || need+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null || need+=(maven)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null || need+=(chromium)
+command -v gcc >/dev/null || need+=(gcc)
 if ! docker info >/dev/null 2>&1; then
   command -v podman >/dev/null || need+=(podman)
   command -v runc >/dev/null || [ -x /usr/sbin/runc ] || need+=(runc)

@@ -1,7 +1,9 @@
 """The check endpoint: answers "did transaction X commit?" for the checker, in batches.
 
-- :mod:`outbox.checks.auth` — HMAC-SHA256 request signatures (shared with the checker);
-- :mod:`outbox.checks.resolver` — the fenced resolution from the evidence table, or a user function;
+- :mod:`outbox.checks.auth` — HMAC-SHA256 request signatures (shared with the checker), replays;
+- :mod:`outbox.checks.resolver` — the fenced resolution from the evidence table;
+- :mod:`outbox.checks.listener` — the application's ``check_local_transaction(message)``;
+- :mod:`outbox.checks.routing` — each check to the evidence table or the listener;
 - :mod:`outbox.checks.handler` — one request in, one status and JSON body out;
 - :mod:`outbox.checks.server` — a ready-to-run threaded HTTP server;
 - :mod:`outbox.checks.asgi` — the same as an ASGI app to mount in FastAPI/Starlette.
@@ -9,4 +11,6 @@
 
 from __future__ import annotations
 
-CHECK_PATH = "/outbox/check"
+from outbox.protocol.check import CHECK_PATH
+
+__all__ = ["CHECK_PATH"]

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from outbox.checks.handler import CheckSettings, Response, body_too_large, handle
+from outbox.checks.handler import CheckHandler, CheckSettings, Response, body_too_large
 from outbox.checks.resolver import Resolver
 
 Scope = dict[str, Any]
@@ -20,9 +20,12 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 class CheckApp:
     """An ASGI 3 application; the resolver (blocking DB work) runs in a worker thread."""
 
-    def __init__(self, settings: CheckSettings, resolver: Resolver) -> None:
+    def __init__(
+        self, settings: CheckSettings, resolver: Resolver, *, instance_id: str | None = None
+    ) -> None:
         self.settings = settings
         self.resolver = resolver
+        self._checks = CheckHandler(settings, resolver, instance_id=instance_id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -35,9 +38,7 @@ class CheckApp:
             response = body_too_large(self.settings, size)
         if response is None:
             response = await asyncio.to_thread(
-                handle,
-                self.settings,
-                self.resolver,
+                self._checks.handle,
                 method=scope["method"],
                 path=scope["path"],
                 headers=headers,

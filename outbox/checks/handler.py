@@ -1,26 +1,29 @@
 """One check request in, one HTTP status and JSON body out — for every transport.
 
-Order of refusals: body too large (413), then signature (401) — neither touches the database —
-then malformed JSON or ids (400), then too many ids (400). Only then is the resolver asked.
-
-Request: ``POST /outbox/check`` with ``{"txn_ids": ["<uuid>", ...]}``.
-Response: ``{"states": {"<uuid>": "COMMIT" | "ROLLBACK" | "UNKNOWN", ...}}``.
+Order of refusals: body too large (413), then signature, timestamp and replay (401) — none of
+them touches the database — then a malformed request (400), a request addressed to another
+instance (421), too many ids (400). Only then is the resolver asked. The request and reply
+formats are :mod:`outbox.protocol.check`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from outbox.checks import CHECK_PATH
-from outbox.checks.auth import verify
+from outbox.checks.auth import ReplayGuard, verify
 from outbox.checks.resolver import Resolver
 from outbox.errors import ConfigurationError, ProtocolError
-from outbox.protocol.ids import validate_transaction_id
+from outbox.protocol.check import CHECK_PATH, decode_request, encode_reply
+from outbox.protocol.states import LocalTransactionState
 
 log = logging.getLogger("outbox.checks")
+
+#: The setting that holds the shared secret, named in errors.
+SECRET_SETTING = "OUTBOX_CHECKER_SECRET"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,21 +34,23 @@ class CheckSettings:
         secret: the HMAC key shared with the checker. Required unless ``insecure_local``.
         insecure_local: accept unsigned requests (a laptop, never production). Defaults to off.
         max_skew_s: how old or new a request's timestamp may be. Defaults to 300 s.
-        max_body_bytes: largest request body. Defaults to 256 KiB.
+        max_body_bytes: largest request body. Defaults to 1 MiB (a request carries the half
+            messages it asks about; the checker leaves out values that do not fit).
         max_batch: most transaction ids per request. Defaults to 500.
     """
 
     secret: bytes | None = None
     insecure_local: bool = False
     max_skew_s: float = 300.0
-    max_body_bytes: int = 256 * 1024
+    max_body_bytes: int = 1024 * 1024
     max_batch: int = 500
 
     def __post_init__(self) -> None:
         if not self.secret and not self.insecure_local:
             raise ConfigurationError(
-                "a check endpoint needs a shared secret (OUTBOX_CHECK_SECRET) to authenticate "
-                "the checker; pass insecure_local=True only for a local, unexposed endpoint"
+                "a check endpoint needs the secret it shares with the checker (the checker's "
+                f"{SECRET_SETTING}) to authenticate it; pass insecure_local=True only for a "
+                "local, unexposed endpoint"
             )
 
 
@@ -65,62 +70,79 @@ def body_too_large(settings: CheckSettings, length: int) -> Response | None:
     return None
 
 
-def handle(
-    settings: CheckSettings,
-    resolver: Resolver,
-    *,
-    method: str,
-    path: str,
-    headers: dict[str, str],
-    body: bytes,
-) -> Response:
-    if path != CHECK_PATH:
-        return _error(404, f"no such endpoint {path!r}; checks go to {CHECK_PATH}")
-    if method.upper() != "POST":
-        return _error(405, f"{method} is not allowed; use POST")
-    refused = body_too_large(settings, len(body)) or _authenticate(
-        settings, method, path, headers, body
-    )
-    if refused is not None:
-        return refused
-    try:
-        txn_ids = _parse(body)
-    except ProtocolError as err:
-        return _error(400, str(err))
-    if len(txn_ids) > settings.max_batch:
-        return _error(
-            400, f"{len(txn_ids)} ids is more than the batch limit of {settings.max_batch}"
+class CheckHandler:
+    """Answers check requests for one endpoint instance.
+
+    ``instance_id`` is the registration this endpoint heartbeats under: a request addressed to
+    another instance is refused (a request captured on its way to one instance cannot be
+    replayed against another). None accepts any.
+    """
+
+    def __init__(
+        self, settings: CheckSettings, resolver: Resolver, *, instance_id: str | None = None
+    ) -> None:
+        self.settings = settings
+        self.resolver = resolver
+        self.instance_id = instance_id
+        self._replays = ReplayGuard(settings.max_skew_s)
+
+    def handle(self, *, method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+        if path != CHECK_PATH:
+            return _error(404, f"no such endpoint {path!r}; checks go to {CHECK_PATH}")
+        if method.upper() != "POST":
+            return _error(405, f"{method} is not allowed; use POST")
+        refused = body_too_large(self.settings, len(body)) or self._authenticate(
+            method, path, headers, body
         )
-    states = resolver.resolve(txn_ids)
-    return Response(200, {"states": {t: states[t].value for t in txn_ids}})
-
-
-def _authenticate(
-    settings: CheckSettings, method: str, path: str, headers: dict[str, str], body: bytes
-) -> Response | None:
-    if settings.secret is None:
-        return None
-    why = verify(settings.secret, method, path, headers, body, max_skew_s=settings.max_skew_s)
-    if why is not None:
-        log.warning("check request refused: %s", why)
-        return _error(401, why)
-    return None
-
-
-def _parse(body: bytes) -> list[str]:
-    try:
-        document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ProtocolError(f"body is not JSON: {err}") from err
-    if not isinstance(document, dict) or not isinstance(document.get("txn_ids"), list):
-        raise ProtocolError('body must be a JSON object {"txn_ids": [...]}')
-    ids = document["txn_ids"]
-    for i, txn_id in enumerate(ids):
+        if refused is not None:
+            return refused
         try:
-            validate_transaction_id(txn_id)
+            request = decode_request(body)
         except ProtocolError as err:
-            raise ProtocolError(f"txn_ids[{i}]: {err}") from err
-    return list(dict.fromkeys(ids))
+            return _error(400, str(err))
+        if (
+            self.instance_id is not None
+            and request.instance_id is not None
+            and request.instance_id != self.instance_id
+        ):
+            return _error(
+                421,
+                f"this request is addressed to instance {request.instance_id!r}; this is "
+                f"{self.instance_id!r}",
+            )
+        if len(request.transactions) > self.settings.max_batch:
+            return _error(
+                400,
+                f"{len(request.transactions)} ids is more than the batch limit of "
+                f"{self.settings.max_batch}",
+            )
+        states = self.resolver.resolve(request.transactions)
+        unknown = LocalTransactionState.UNKNOWN
+        return Response(200, encode_reply({t: states.get(t, unknown) for t in request.txn_ids}))
+
+    def _authenticate(
+        self, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> Response | None:
+        if self.settings.secret is None:
+            return None
+        now = time.time()
+        refusal = verify(
+            self.settings.secret,
+            method,
+            path,
+            headers,
+            body,
+            max_skew_s=self.settings.max_skew_s,
+            now=now,
+            replays=self._replays,
+        )
+        if refusal is None:
+            return None
+        log.warning("check request refused: %s", refusal.reason)
+        response = _error(401, refusal.reason)
+        if refusal.stale:  # the checker signs with our clock from now on
+            response.body["time"] = now
+        return response
 
 
 def _error(status: int, message: str) -> Response:

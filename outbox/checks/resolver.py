@@ -1,51 +1,49 @@
-"""Answering a check: COMMIT, ROLLBACK or UNKNOWN for each transaction id.
+"""Answering a check: COMMIT, ROLLBACK or UNKNOWN for each transaction asked about.
 
-The default, :class:`FencedResolver`, never answers ROLLBACK for a transaction that can still
-commit. It looks for the evidence row the transaction wrote; when there is none it inserts a
-*fence* row under the same key. If that insert succeeds, the transaction cannot commit any more
-(its own evidence insert would fail), so ROLLBACK is the truth. If the transaction still holds
-its row (PostgreSQL: an uncommitted insert of the same key; SQLite: the write lock), the insert
-waits at most ``lock_timeout_s`` and the answer is UNKNOWN.
+- :class:`FencedResolver`, the default for the decorator and context-manager forms, answers from
+  the evidence table and never answers ROLLBACK for a transaction that can still commit. It looks
+  for the evidence row the transaction wrote; when there is none it inserts a *fence* row under
+  the same key. If that insert succeeds, the transaction cannot commit any more (its own evidence
+  insert would fail), so ROLLBACK is the truth. If the transaction still holds its row
+  (PostgreSQL: an uncommitted insert of the same key; SQLite: the write lock), the insert waits
+  at most ``lock_timeout_s`` and the answer is UNKNOWN. A transaction older than the evidence
+  table's pruning horizon (:mod:`outbox.pruning`) is never fenced: its row may have been pruned,
+  so it answers UNKNOWN.
+- :class:`~outbox.checks.listener.FunctionResolver` asks the application's
+  ``check_local_transaction(message)``, RocketMQ's way.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterator, Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
 
 import sqlalchemy as sa
 
 from outbox.evidence import EVIDENCE, FENCE, evidence_table
+from outbox.protocol.check import CheckedTransaction
+from outbox.protocol.ids import transaction_id_millis
 from outbox.protocol.states import LocalTransactionState
+from outbox.pruning import PRUNE_MARGIN_MS, pruned_before_ms
 
 State = LocalTransactionState
+log = logging.getLogger("outbox.checks")
 
 
 class Resolver(Protocol):
-    def resolve(self, txn_ids: Sequence[str]) -> dict[str, State]: ...
+    """Answers a batch of checks: a state for each transaction id (a missing one is UNKNOWN)."""
 
-
-class FunctionResolver:
-    """A user's ``check_local_transaction(txn_id)``, RocketMQ style; exceptions mean UNKNOWN."""
-
-    def __init__(self, check: Callable[[str], State]) -> None:
-        self.check = check
-
-    def resolve(self, txn_ids: Sequence[str]) -> dict[str, State]:
-        answers = {}
-        for txn_id in txn_ids:
-            try:
-                answer = self.check(txn_id)
-            except Exception:
-                answer = State.UNKNOWN
-            answers[txn_id] = answer if isinstance(answer, State) else State.UNKNOWN
-        return answers
+    def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]: ...
 
 
 class FencedResolver:
     """Answers from the evidence table, fencing transactions that left none."""
+
+    #: Needs only the transaction ids: a value the checker left out need not be fetched.
+    needs_messages = False
 
     def __init__(
         self, engine: sa.Engine, producer_group: str, *, lock_timeout_s: float = 2.0
@@ -54,12 +52,17 @@ class FencedResolver:
         self.producer_group = producer_group
         self.lock_timeout_s = lock_timeout_s
 
-    def resolve(self, txn_ids: Sequence[str]) -> dict[str, State]:
+    def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
+        txn_ids = [c.txn_id for c in checks]
         known = self._known(txn_ids)
         answers = {t: _state(known[t]) for t in txn_ids if t in known}
-        for txn_id in txn_ids:
-            if txn_id not in answers:
-                answers[txn_id] = self._fence(txn_id)
+        missing = [t for t in txn_ids if t not in answers]
+        if missing:
+            horizon = self._horizon()
+            for txn_id in missing:
+                answers[txn_id] = (
+                    State.UNKNOWN if _maybe_pruned(txn_id, horizon) else self._fence(txn_id)
+                )
         return answers
 
     def _known(self, txn_ids: Sequence[str]) -> dict[str, str]:
@@ -68,6 +71,10 @@ class FencedResolver:
         )
         with self.engine.connect() as conn:
             return {row.txn_id: row.kind for row in conn.execute(query)}
+
+    def _horizon(self) -> int | None:
+        with self.engine.connect() as conn:
+            return pruned_before_ms(conn)
 
     def _fence(self, txn_id: str) -> State:
         row = {
@@ -109,6 +116,17 @@ class FencedResolver:
                 conn.exec_driver_sql(f"PRAGMA busy_timeout = {int(before or 0)}")
         else:
             yield
+
+
+def _maybe_pruned(txn_id: str, horizon_ms: int | None) -> bool:
+    """Whether the evidence row of ``txn_id`` may have been pruned: the transaction began before
+    the horizon (its id's UUIDv7 time and its row's ``created_at`` come from the same producer
+    clock, the id first), with a margin for that clock stepping back in between."""
+    if horizon_ms is None:
+        return False
+    if txn_id[14:15] != "7":
+        return True  # not a UUIDv7 (the version digit): its age is unknown
+    return transaction_id_millis(txn_id) < horizon_ms + PRUNE_MARGIN_MS
 
 
 def _state(kind: str) -> State:

@@ -6,15 +6,26 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from outbox.checks.handler import CheckSettings, Response, body_too_large, handle
+from outbox.checks.handler import CheckHandler, CheckSettings, Response, body_too_large
 from outbox.checks.resolver import Resolver
 
 
 class CheckServer:
-    """Serves checks on ``host:port`` in a background thread until ``close()``."""
+    """Serves checks on ``host:port`` in a background thread until ``close()``.
 
-    def __init__(self, settings: CheckSettings, resolver: Resolver, host: str, port: int) -> None:
-        handler = _handler_class(settings, resolver)
+    ``instance_id``: the registration it heartbeats under (see :class:`CheckHandler`).
+    """
+
+    def __init__(
+        self,
+        settings: CheckSettings,
+        resolver: Resolver,
+        host: str,
+        port: int,
+        *,
+        instance_id: str | None = None,
+    ) -> None:
+        handler = _handler_class(CheckHandler(settings, resolver, instance_id=instance_id))
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -33,7 +44,9 @@ class CheckServer:
         self._thread.join(10)
 
 
-def _handler_class(settings: CheckSettings, resolver: Resolver) -> type[BaseHTTPRequestHandler]:
+def _handler_class(checks: CheckHandler) -> type[BaseHTTPRequestHandler]:
+    settings = checks.settings
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -42,9 +55,7 @@ def _handler_class(settings: CheckSettings, resolver: Resolver) -> type[BaseHTTP
             response = body_too_large(settings, length)
             if response is None:
                 body = self.rfile.read(length)
-                response = handle(
-                    settings,
-                    resolver,
+                response = checks.handle(
                     method="POST",
                     path=self.path,
                     headers={k.lower(): v for k, v in self.headers.items()},
@@ -53,9 +64,7 @@ def _handler_class(settings: CheckSettings, resolver: Resolver) -> type[BaseHTTP
             self._reply(response)
 
         def do_GET(self) -> None:
-            self._reply(
-                handle(settings, resolver, method="GET", path=self.path, headers={}, body=b"")
-            )
+            self._reply(checks.handle(method="GET", path=self.path, headers={}, body=b""))
 
         def _reply(self, response: Response) -> None:
             data = response.encoded()

@@ -26,7 +26,7 @@ from outbox.protocol.headers import (
 from outbox.protocol.ids import new_transaction_id, validate_transaction_id
 from outbox.protocol.op import OpRecord, decode_op, encode_op
 from outbox.protocol.partitioning import partition_for
-from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
+from outbox.protocol.states import CheckBy, DecidedBy, LocalTransactionState, OpState
 from outbox.protocol.topics import TopicNames, topic_settings
 
 __all__ = [
@@ -37,6 +37,7 @@ __all__ = [
     "PROMOTED_HEADERS",
     "RESERVED_HEADER_PREFIX",
     "SCHEMA_VERSION",
+    "CheckBy",
     "DecidedBy",
     "HalfMessage",
     "HalfRecord",

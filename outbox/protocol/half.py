@@ -24,6 +24,7 @@ from outbox.protocol.headers import (
     Header,
 )
 from outbox.protocol.ids import validate_transaction_id
+from outbox.protocol.states import CheckBy
 
 HeaderList = list[tuple[str, bytes]]
 
@@ -52,6 +53,10 @@ class HalfRecord:
     check_immunity_s: int | None = None
     #: Set on a put-back copy: the offset of the original half record.
     origin_offset: int | None = None
+    #: What answers checks of its transaction (header ``outbox-check-by``; absent: evidence).
+    #: A :class:`CheckBy` value, or as written when a newer producer wrote one this code does
+    #: not know (the relay need not know it; a check endpoint answers UNKNOWN for it).
+    check_by: str = CheckBy.EVIDENCE
     #: The version its headers were written in; a copy is written in the same one.
     schema_version: int = HALF_SCHEMA_VERSION
     # Where it was read from; the broker's timestamp (LogAppendTime on the half topic).
@@ -84,6 +89,8 @@ _CREATED = Header.CREATED_AT.value
 _CHECKS = Header.CHECK_COUNT.value
 _IMMUNITY = Header.CHECK_IMMUNITY_S.value
 _ORIGIN = Header.ORIGIN_OFFSET.value
+_CHECK_BY = Header.CHECK_BY.value
+_CHECK_BY_VALUES: dict[bytes, str] = {c.value.encode(): c for c in CheckBy}
 _V1 = b"1"
 _V2 = b"2"
 _SEP = FIELD_SEPARATOR
@@ -100,6 +107,7 @@ def encode_half_headers(
     check_count: int = 0,
     check_immunity_s: int | None = None,
     schema_version: int = HALF_SCHEMA_VERSION,
+    check_by: str = CheckBy.EVIDENCE,
 ) -> HeaderList:
     """The headers of one half record: the user's first, ours after.
 
@@ -135,6 +143,8 @@ def encode_half_headers(
         )
         if message.key is not None:
             headers.append((_KEY, message.key))
+        if check_by != CheckBy.EVIDENCE:
+            headers.append((_CHECK_BY, check_by.encode()))
         return headers
     if schema_version != 1:
         raise UnknownSchemaVersionError(
@@ -156,6 +166,8 @@ def encode_half_headers(
         headers.append((_COUNT, str(count).encode()))
     if check_immunity_s is not None:
         headers.append((_IMMUNITY, str(check_immunity_s).encode()))
+    if check_by != CheckBy.EVIDENCE:
+        headers.append((_CHECK_BY, check_by.encode()))
     return headers
 
 
@@ -243,6 +255,7 @@ def decode_half(
                 "check_count": int(checks),
                 "check_immunity_s": None if immunity is None else int(immunity),
                 "origin_offset": int(ours[_ORIGIN]) if _ORIGIN in ours else None,
+                "check_by": _check_by(ours[_CHECK_BY]) if _CHECK_BY in ours else _EVIDENCE,
                 "schema_version": version,
                 "partition": partition,
                 "offset": offset,
@@ -262,6 +275,14 @@ def decode_half(
         if _ORIGIN in ours:
             _int(ours, Header.ORIGIN_OFFSET, where)
         raise ProtocolError(f"{where}: {err}") from err
+
+
+_EVIDENCE = CheckBy.EVIDENCE
+
+
+def _check_by(raw: bytes) -> str:
+    known = _CHECK_BY_VALUES.get(raw)
+    return known if known is not None else raw.decode(errors="replace")
 
 
 def _where(partition: int, offset: int) -> str:
@@ -356,6 +377,7 @@ def copy_headers(record: HalfRecord, *, check_count: int | None = None) -> Heade
                 check_count=check_count,
                 check_immunity_s=record.check_immunity_s,
                 schema_version=record.schema_version,
+                check_by=record.check_by,
             )
             if n.startswith(RESERVED_HEADER_PREFIX)
         }

@@ -44,6 +44,10 @@ class Header(StrEnum):
     CHECK_COUNT = "outbox-check-count"
     #: RocketMQ's CHECK_IMMUNITY_TIME_IN_SECONDS: delay this transaction's first check.
     CHECK_IMMUNITY_S = "outbox-check-immunity-s"
+    #: Present when something other than the evidence row answers this transaction's checks
+    #: (:class:`~outbox.protocol.states.CheckBy`; ``listener`` for ``TransactionalProducer``).
+    #: Its own header in both versions; a copy carries it over with the others.
+    CHECK_BY = "outbox-check-by"
     #: Only on a put-back copy (re-appended by the relay, or by ``resume``): the offset of the
     #: original half record in the same partition. Readers identify a message by
     #: (transaction id, message index), never by the offset of a copy. Its own header in both

@@ -35,3 +35,18 @@ class DecidedBy(StrEnum):
 
     PRODUCER = "producer"
     CHECKER = "checker"
+
+
+class CheckBy(StrEnum):
+    """What answers a check of a transaction, written on its half records by the producer.
+
+    The answer must come from where the transaction's outcome is recorded: the evidence table
+    for the decorator and context-manager forms, the application's
+    ``check_local_transaction`` for ``TransactionalProducer`` (its local work leaves no
+    evidence row, so fencing it would answer ROLLBACK for work that committed).
+    """
+
+    #: The evidence row (fenced resolution); records without the header mean this.
+    EVIDENCE = "evidence"
+    #: The producer group's ``TransactionListener.check_local_transaction``.
+    LISTENER = "listener"

@@ -14,10 +14,12 @@ import pytest
 
 from checker.client import CheckClient, NoAnswer
 from outbox.protocol import new_transaction_id
+from outbox.protocol.check import CheckedTransaction
 from outbox.protocol.registry import Registration
 from outbox.protocol.states import LocalTransactionState
 
 TXN = new_transaction_id()
+ASKED = [CheckedTransaction(TXN)]
 
 
 def http(status: str, body: bytes, *, length: int | None = None) -> bytes:
@@ -101,11 +103,11 @@ def test_a_reply_that_is_no_check_answer_counts_as_no_answer_and_fails_over(
     try:
         # Given only that instance, the client says no one answered, naming it and why
         with pytest.raises(NoAnswer) as raised:
-            client.check([bad.registration("bad")], [TXN])
+            client.check([bad.registration("bad")], ASKED)
         assert raised.value.asked
         assert bad.url in str(raised.value) and message in str(raised.value)
         # With a good instance after it, the good one's answer is taken
-        answer = client.check([bad.registration("bad"), good.registration("good")], [TXN])
+        answer = client.check([bad.registration("bad"), good.registration("good")], ASKED)
         assert answer == {TXN: LocalTransactionState.COMMIT}
         assert bad.requests == 2 and good.requests == 1
     finally:

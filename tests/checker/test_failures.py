@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from checker import Checker
 from checker.tracker import Pending
-from outbox import LocalTransactionState, OutboxProducer, OutboxSettings
-from outbox.checks.resolver import FunctionResolver
+from outbox import LocalTransactionState, MessageView, OutboxProducer, OutboxSettings
+from outbox.checks.listener import FunctionResolver
 from outbox.fetch import HalfFetcher
 from outbox.protocol import (
     DecidedBy,
@@ -141,8 +141,8 @@ def test_check_timing_uses_broker_time_not_the_producers_clock(
     prefix = outbox_settings.topic_prefix
     asked: dict[str, float] = {}
 
-    def answer(txn_id: str) -> LocalTransactionState:
-        asked.setdefault(txn_id, time.time())
+    def answer(msg: MessageView) -> LocalTransactionState:
+        asked.setdefault(msg.transaction_id, time.time())
         return LocalTransactionState.ROLLBACK
 
     endpoint = OutboxProducer(outbox_settings)
@@ -261,8 +261,8 @@ def test_a_storm_of_unknown_answers_trips_the_breaker_instead_of_burning_checks(
     prefix = outbox_settings.topic_prefix
     calls: list[str] = []
 
-    def unknown(txn_id: str) -> LocalTransactionState:
-        calls.append(txn_id)
+    def unknown(msg: MessageView) -> LocalTransactionState:
+        calls.append(msg.transaction_id)
         return LocalTransactionState.UNKNOWN
 
     endpoint = OutboxProducer(outbox_settings)
@@ -314,7 +314,7 @@ def test_a_half_the_checker_had_not_read_when_the_producer_answered_is_in_its_co
         message = HalfMessage(real, f"{index}".encode(), b"k")
         offsets.extend(write_halves(raw, half_topic, txn_id, {index: message}))
 
-    def answer(asked: str) -> LocalTransactionState:
+    def answer(asked: MessageView) -> LocalTransactionState:
         if len(offsets) == 1:
             write_half(1)  # acknowledged before the local commit the answer reports
         return LocalTransactionState.COMMIT

@@ -16,10 +16,9 @@ from outbox import (
     OutboxSettings,
     TransactionalProducer,
 )
-from outbox.checks.resolver import FunctionResolver
 from outbox.protocol import DecidedBy, OpState
 from relay import Relay, RelaySettings
-from tests.checker.test_checker import Background, Forever, wait_for
+from tests.checker.test_checker import Background, wait_for
 from tests.kafka_helpers import create_topic, unique
 from tests.outbox_cli.conftest import Cli
 from tests.producer_fixtures import Topics
@@ -27,6 +26,19 @@ from tests.relay.test_relay import read_topic
 
 pytestmark = pytest.mark.integration
 SECRET = "resume-end-to-end"
+
+
+class Answering:
+    """A listener whose local transaction is UNKNOWN and whose check answers ``answer``."""
+
+    def __init__(self, answer: LocalTransactionState) -> None:
+        self.answer = answer
+
+    def execute_local_transaction(self, msg: Message, arg: object) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg: Message) -> LocalTransactionState:
+        return self.answer
 
 
 @pytest.fixture
@@ -65,12 +77,13 @@ def test_a_resumed_transaction_is_checked_again_and_delivered_once_its_producer_
 ) -> None:
     topic = unique("resumed")
     create_topic(kafka_bootstrap, topic, partitions=1)
-    answer = {"state": LocalTransactionState.UNKNOWN}
+    listener = Answering(LocalTransactionState.UNKNOWN)
     producer = OutboxProducer(outbox_settings)
-    producer.serve_checks(resolver=FunctionResolver(lambda t: answer["state"]), secret=SECRET)
+    sender = TransactionalProducer(producer, listener)
+    producer.serve_checks(secret=SECRET)
     try:
         # Given a transaction whose producer answered UNKNOWN until the checker gave it up
-        sent = TransactionalProducer(producer, Forever()).send_message_in_transaction(
+        sent = sender.send_message_in_transaction(
             Message(topic, b"late but committed", key=b"order-7")
         )
         txn = sent.transaction_id
@@ -81,7 +94,7 @@ def test_a_resumed_transaction_is_checked_again_and_delivered_once_its_producer_
         wait_for(lambda: states() == [OpState.GIVEN_UP], timeout=60)
         wait_for(lambda: services.stats.given_up == 1, timeout=10)  # once its op was taken
         # When the operator resumes it and the producer now knows it committed
-        answer["state"] = LocalTransactionState.COMMIT
+        listener.answer = LocalTransactionState.COMMIT
         done = cli("resume", txn, env=operator_env)
         assert done.code == 0, done.err
         # Then the checker checks it again and decides COMMIT; the relay promotes it, once

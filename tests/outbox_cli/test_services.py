@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from outbox import LocalTransactionState, OutboxProducer, OutboxSettings
-from outbox.checks.resolver import FunctionResolver
+from outbox.checks.listener import FunctionResolver
 from outbox.protocol import DecidedBy, OpState, decode_op
 from outbox.testing.ports import free_port
 from tests.kafka_helpers import create_topic, unique

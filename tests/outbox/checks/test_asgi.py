@@ -12,6 +12,7 @@ from outbox.checks.asgi import CheckApp
 from outbox.checks.auth import sign
 from outbox.checks.handler import CheckSettings
 from outbox.protocol import LocalTransactionState, new_transaction_id
+from outbox.protocol.check import CheckedTransaction
 
 SECRET = b"k"
 
@@ -20,9 +21,9 @@ class Fixed:
     def __init__(self) -> None:
         self.calls = 0
 
-    def resolve(self, txn_ids: Sequence[str]) -> dict[str, LocalTransactionState]:
+    def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, LocalTransactionState]:
         self.calls += 1
-        return {t: LocalTransactionState.COMMIT for t in txn_ids}
+        return {c.txn_id: LocalTransactionState.COMMIT for c in checks}
 
 
 def call(app: CheckApp, body: bytes, headers: dict[str, str], chunk: int = 7) -> tuple[int, Any]:

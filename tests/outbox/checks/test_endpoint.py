@@ -18,6 +18,7 @@ from outbox.checks.resolver import FencedResolver
 from outbox.checks.server import CheckServer
 from outbox.errors import ConfigurationError
 from outbox.protocol import LocalTransactionState, new_transaction_id
+from outbox.protocol.check import CheckedTransaction
 from tests.producer_fixtures import evidence_ids
 
 pytestmark = pytest.mark.integration
@@ -31,9 +32,9 @@ class CountingResolver:
         self.inner = inner
         self.calls = 0
 
-    def resolve(self, txn_ids: Sequence[str]) -> dict[str, LocalTransactionState]:
+    def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, LocalTransactionState]:
         self.calls += 1
-        return self.inner.resolve(txn_ids)
+        return self.inner.resolve(checks)
 
 
 @pytest.fixture
@@ -116,6 +117,48 @@ def test_bad_requests_get_their_status_and_change_nothing(
 
 
 def test_a_check_server_without_a_secret_refuses_to_start() -> None:
-    with pytest.raises(ConfigurationError, match="needs a shared secret"):
+    with pytest.raises(ConfigurationError, match="needs the secret it shares"):
         CheckSettings()
     assert CheckSettings(insecure_local=True).secret is None
+
+
+def test_a_replayed_request_is_refused_without_touching_the_database(
+    server: CheckServer, resolver: CountingResolver, engine: sa.Engine
+) -> None:
+    ids = [new_transaction_id()]
+    body = json.dumps({"txn_ids": ids, "nonce": "n-1"}).encode()
+    headers = signed(body)
+    assert post(server, body, headers)[0] == 200
+    before = evidence_ids(engine)
+    status, answer = post(server, body, headers)
+    assert (status, answer["error"]) == (401, "replayed request: this signature was already used")
+    assert resolver.calls == 1 and evidence_ids(engine) == before
+    # the same transactions asked again in a new request (a new nonce) are answered
+    again = json.dumps({"txn_ids": ids, "nonce": "n-2"}).encode()
+    assert post(server, again, signed(again)) == (200, {"states": {ids[0]: "ROLLBACK"}})
+
+
+def test_a_stale_refusal_tells_the_endpoints_clock_and_a_request_on_it_is_answered(
+    server: CheckServer,
+) -> None:
+    body = json.dumps({"txn_ids": [new_transaction_id()]}).encode()
+    late = sign(SECRET, "POST", CHECK_PATH, body, now=time.time() - 3600)
+    status, answer = post(server, body, late)
+    assert status == 401 and "stale" in answer["error"]
+    assert abs(answer["time"] - time.time()) < 5
+    on_their_clock = sign(SECRET, "POST", CHECK_PATH, body, now=answer["time"])
+    assert post(server, body, on_their_clock)[0] == 200
+
+
+def test_a_request_addressed_to_another_instance_is_refused(resolver: CountingResolver) -> None:
+    settings = CheckSettings(secret=SECRET)
+    running = CheckServer(settings, resolver, "127.0.0.1", 0, instance_id="instance-a")
+    try:
+        for addressed, status in (("instance-b", 421), ("instance-a", 200)):
+            body = json.dumps(
+                {"txn_ids": [new_transaction_id()], "instance_id": addressed}
+            ).encode()
+            assert post(running, body, signed(body))[0] == status
+        assert resolver.calls == 1
+    finally:
+        running.close()

@@ -13,10 +13,15 @@ import outbox
 from outbox import OutboxProducer
 from outbox.checks.resolver import FencedResolver
 from outbox.protocol import LocalTransactionState, OpState
+from outbox.protocol.check import CheckedTransaction
 from tests.producer_fixtures import Topics, order_ids, orders
 
 pytestmark = pytest.mark.integration
 State = LocalTransactionState
+
+
+def asked(txn_ids: list[str]) -> list[CheckedTransaction]:
+    return [CheckedTransaction(t) for t in txn_ids]
 
 
 def test_a_transaction_still_running_is_unknown_and_commits_afterwards(
@@ -39,12 +44,12 @@ def test_a_transaction_still_running_is_unknown_and_commits_afterwards(
     worker.start()
     assert sent.wait(30)
     # When it is checked while it still holds its evidence row
-    during = resolver.resolve(txn_ids)
+    during = resolver.resolve(asked(txn_ids))
     checked.set()
     worker.join(30)
     # Then the check said UNKNOWN (not a guess), and the transaction committed normally
     assert during == {txn_ids[0]: State.UNKNOWN}
-    assert resolver.resolve(txn_ids) == {txn_ids[0]: State.COMMIT}
+    assert resolver.resolve(asked(txn_ids)) == {txn_ids[0]: State.COMMIT}
     assert order_id in order_ids(engine)
     assert [o.state for o in topics.ops()] == [OpState.COMMIT]
 
@@ -60,7 +65,7 @@ def test_a_fenced_transaction_fails_on_commit_and_is_never_delivered(
     def late(*, session: Session) -> None:
         # The check comes before this transaction wrote anything (on SQLite any write would
         # hold the database lock and make the check UNKNOWN): it fences the id
-        answers.append(resolver.resolve([outbox.current_transaction().txn_id]))
+        answers.append(resolver.resolve(asked([outbox.current_transaction().txn_id])))
         outbox.send("orders", b"late", key=order_id)
         session.execute(orders.insert().values(id=order_id, amount=1))
 

@@ -1,0 +1,114 @@
+"""Sending each check to what can answer it: the evidence table or the group's listener.
+
+A producer writes on its half records what answers their checks (``outbox-check-by``): nothing
+for the decorator and context-manager forms, whose evidence row is in the commit, and
+``listener`` for ``TransactionalProducer``, whose local work leaves no row. Asking the evidence
+table about a listener transaction would fence it and answer ROLLBACK for work that committed,
+so the router never does: with no listener registered here, or a ``check_by`` this version does
+not know, the answer is UNKNOWN (and the check is repeated).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from outbox.checks.resolver import Resolver, State
+from outbox.fetch import HalfFetcher
+from outbox.protocol.check import CheckedTransaction
+from outbox.protocol.states import CheckBy
+
+log = logging.getLogger("outbox.checks")
+
+
+class CheckRouter:
+    """A resolver that hands each check to the evidence resolver or the listener's.
+
+    Args:
+        evidence: answers ``check_by=evidence`` checks (the fenced resolver, or the user's own);
+            None answers them UNKNOWN.
+        listener: returns the group's listener resolver at the time of the check (the
+            ``TransactionalProducer`` may be created after the endpoint starts), or None.
+        values: reads back a half value the checker left out of the request (too large).
+    """
+
+    def __init__(
+        self,
+        evidence: Resolver | None,
+        listener: Callable[[], Resolver | None],
+        values: OmittedValues | None = None,
+    ) -> None:
+        self.evidence = evidence
+        self.listener = listener
+        self.values = values
+
+    def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
+        by_evidence = [c for c in checks if c.check_by == CheckBy.EVIDENCE]
+        by_listener = [c for c in checks if c.check_by == CheckBy.LISTENER]
+        answers = {c.txn_id: State.UNKNOWN for c in checks if c.check_by not in tuple(CheckBy)}
+        for txn_id in answers:
+            log.error("the check of %s names an answerer this version does not know", txn_id)
+        answers |= self._ask(self.evidence, by_evidence, "no evidence resolver (engine=)")
+        answers |= self._ask(
+            self.listener(),
+            by_listener,
+            "no TransactionListener here: create the TransactionalProducer in every process "
+            "of the group that serves checks",
+        )
+        return answers
+
+    def _ask(
+        self, resolver: Resolver | None, checks: list[CheckedTransaction], missing: str
+    ) -> dict[str, State]:
+        if not checks:
+            return {}
+        if resolver is None:
+            log.error("%d checks answered UNKNOWN: %s", len(checks), missing)
+            return {c.txn_id: State.UNKNOWN for c in checks}
+        if self.values is not None and getattr(resolver, "needs_messages", True):
+            checks = [self.values.complete(c) for c in checks]
+        return resolver.resolve(checks)
+
+
+class OmittedValues:
+    """Reads back, from the half topic, the values the checker left out of a request."""
+
+    def __init__(self, config: dict[str, Any], half_topic: str) -> None:
+        self.config = config
+        self.half_topic = half_topic
+        self._fetcher: HalfFetcher | None = None
+        self._lock = threading.Lock()
+
+    def complete(self, check: CheckedTransaction) -> CheckedTransaction:
+        """``check`` with its value, or unchanged (still omitted) when it cannot be read."""
+        half = check.half
+        if not check.value_omitted or half is None:
+            return check
+        try:
+            with self._lock:
+                if self._fetcher is None:
+                    self._fetcher = HalfFetcher(self.config, self.half_topic, timeout_s=5.0)
+                found = self._fetcher.fetch(half.partition, [half.original_offset], check.txn_id)
+        except Exception:
+            log.exception("reading back the half value of %s failed", check.txn_id)
+            return check
+        record = next((r for r in found or () if r.index == half.index), None)
+        if record is None:
+            log.error(
+                "the half value of %s is not at %s[%d] offset %d any more",
+                check.txn_id,
+                self.half_topic,
+                half.partition,
+                half.original_offset,
+            )
+            return check
+        return replace(check, half=replace(half, message=record.message), value_omitted=False)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fetcher is not None:
+                self._fetcher.close()
+                self._fetcher = None
