@@ -86,7 +86,10 @@ def compute_findings(
             book, inputs.evidence, as_of_ms=as_of, window_ms=window
         )
         found["commit_without_evidence"] = evidence.commit_without_evidence(
-            book, inputs.evidence, groups=settings.evidence_groups
+            book,
+            inputs.evidence,
+            groups=settings.evidence_groups,
+            horizon_ms=inputs.evidence_horizon_ms,
         )
     ordered = {name: found[name] for name in FINDINGS if name in found}
     cached = {
@@ -192,4 +195,5 @@ def _parameters(settings: AuditSettings, resolved: Resolved, inputs: AuditInputs
         "missing_real_topics": inputs.missing_real_topics,
         "partitions": dict(sorted(inputs.partitions.items())),
         "evidence": settings.evidence_table if settings.evidence_url else None,
+        "evidence_horizon_ms": inputs.evidence_horizon_ms,
     }

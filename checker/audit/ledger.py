@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.audit.partitioning import by_transaction
-from outbox.protocol.states import TERMINAL_STATES, OpState
+from outbox.protocol.states import TERMINAL_STATES, CheckBy, OpState
 
 TERMINAL = sorted(s.value for s in TERMINAL_STATES)
 
@@ -25,6 +25,14 @@ def _original_first(*columns: str) -> list[Column]:
     """Values of the original record, not of a put-back copy (copies come later)."""
     order = F.struct(F.col("is_copy"), F.col("offset"))
     return [F.min_by(F.col(c), order).alias(c) for c in columns]
+
+
+def _check_by() -> Column:
+    """What answers the checks: ``evidence`` only when every record says so, else a value one
+    of them gives. A producer writes one value on all of a transaction's records; should they
+    disagree, the transaction is not taken for one an evidence row answers."""
+    other = F.col("check_by") != F.lit(CheckBy.EVIDENCE.value)
+    return F.max_by(F.col("check_by"), other).alias("check_by")
 
 
 def messages(halves: DataFrame) -> DataFrame:
@@ -45,6 +53,7 @@ def messages(halves: DataFrame) -> DataFrame:
         F.sum(F.col("is_copy").cast("int")).alias("copies"),
         F.max("check_count").alias("check_count"),
         F.max("message_count").alias("message_count"),
+        _check_by(),
     )
 
 
@@ -63,6 +72,7 @@ def transactions(messages_df: DataFrame) -> DataFrame:
         F.min_by(F.col("in_range") & F.col("has_original"), first).alias("half_in_range"),
         F.sum("copies").alias("copies"),
         F.max("check_count").alias("check_count"),
+        _check_by(),
     )
 
 
@@ -148,7 +158,9 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
     what was read, its first op is. ``expected`` is the COMMIT op's message count, or the count
     its halves announce where that is more (a COMMIT naming part of a transaction, which the
     relay refuses, leaves the rest undelivered), else the count the halves announce or show.
-    ``delivered_indices`` lists the messages found on the real topics.
+    ``delivered_indices`` lists the messages found on the real topics. ``check_by`` (what
+    answers its checks, from its half records) is null for a transaction known only from the
+    op topic.
     """
     per_txn = delivered.groupBy("txn_id").agg(
         F.array_sort(F.collect_list("message_index")).alias("delivered_indices"),

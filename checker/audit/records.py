@@ -26,7 +26,7 @@ from outbox.protocol.headers import (
     SCHEMA_VERSION,
     Header,
 )
-from outbox.protocol.states import DecidedBy, OpState
+from outbox.protocol.states import CheckBy, DecidedBy, OpState
 
 UUID_PATTERN = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
 
@@ -149,7 +149,13 @@ def _first_problem(*checks: tuple[Column, Column | str]) -> Column:
 
 
 def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
-    """One row per half record (put-back copies included, ``origin_offset`` set on those)."""
+    """One row per half record (put-back copies included, ``origin_offset`` set on those).
+
+    ``check_by`` is what answers its transaction's checks, from ``outbox-check-by``:
+    ``evidence`` when the header is absent (as :func:`decode_half` reads it), any other value
+    as written (``listener``, or one of a newer producer), so that it is never taken for
+    evidence.
+    """
     df = with_half_fields(_located(raw, spec, as_of_ms)).select(
         F.when(F.col(HALF_FIELDS_COLUMN).isNotNull(), F.element_at(F.col(HALF_FIELDS_COLUMN), 1))
         .otherwise(header_text(Header.SCHEMA_VERSION))
@@ -165,6 +171,7 @@ def halves(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
         half_int("message_index", Header.MESSAGE_INDEX, "int").alias("message_index"),
         half_int("message_count", Header.MESSAGE_COUNT, "int").alias("message_count"),
         half_int("check_count", Header.CHECK_COUNT, "int").alias("check_count"),
+        F.coalesce(header_text(Header.CHECK_BY), F.lit(CheckBy.EVIDENCE.value)).alias("check_by"),
         header_int(Header.ORIGIN_OFFSET).alias("origin_offset"),
         header_text(Header.ORIGIN_OFFSET).alias("origin_text"),
         "partition",

@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 
 from checker.audit import records
 from checker.audit.errors import AuditConfigError
-from checker.audit.evidence_source import read_evidence
+from checker.audit.evidence_source import read_evidence, read_horizon
 from checker.audit.metadata import topic_partitions
 from checker.audit.partitioning import by_transaction
 from checker.audit.plan import TopicRead, plan_read
@@ -58,6 +58,8 @@ class AuditInputs:
     dead_letters: DataFrame
     unreadable: DataFrame
     evidence: DataFrame | None = None
+    #: The evidence table's pruning horizon (Unix ms); None when never pruned or not read.
+    evidence_horizon_ms: int | None = None
     partitions: dict[str, int] = field(default_factory=dict)
     real_topics: list[str] = field(default_factory=list)
     missing_real_topics: list[str] = field(default_factory=list)
@@ -159,17 +161,7 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         .unionByName(records.unreadable(ops, names.op))
         .unionByName(records.unreadable(promoted, "real"))
     )
-    evidence = None
-    if settings.evidence_url:
-        evidence = _cache(
-            read_evidence(
-                spark,
-                settings.evidence_url,
-                table=settings.evidence_table,
-                user=settings.evidence_user,
-                password=settings.evidence_password,
-            )
-        )
+    evidence, horizon = _evidence(spark, settings)
     return AuditInputs(
         halves=halves,
         ops=ops,
@@ -177,10 +169,24 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         dead_letters=dead_letters,
         unreadable=unreadable,
         evidence=evidence,
+        evidence_horizon_ms=horizon,
         partitions=partitions,
         real_topics=present,
         missing_real_topics=[t for t in wanted if t not in partitions],
     )
+
+
+def _evidence(spark: Any, settings: AuditSettings) -> tuple[DataFrame | None, int | None]:
+    """The evidence rows (cached) and the table's pruning horizon; nothing without a URL."""
+    if not settings.evidence_url:
+        return None, None
+    where: dict[str, Any] = {
+        "table": settings.evidence_table,
+        "user": settings.evidence_user,
+        "password": settings.evidence_password,
+    }
+    rows = _cache(read_evidence(spark, settings.evidence_url, **where))
+    return rows, read_horizon(spark, settings.evidence_url, **where)
 
 
 def _partitions(spark: Any, settings: AuditSettings, topics: list[str]) -> dict[str, int]:

@@ -27,7 +27,8 @@ FINDINGS: dict[str, str] = {
     "evidence_without_commit": "The producer's database holds commit evidence, but the "
     "transaction was rolled back, given up, or left undecided past the check window.",
     "commit_without_evidence": "A COMMIT op for a transaction the producer's database has no "
-    "commit evidence for (no row, or a fence row).",
+    "commit evidence for (no row, or a fence row); transactions the listener answers, and "
+    "those begun before the table's pruning horizon with no row, are not judged.",
     "unreadable": "Records in range the audit cannot read the way docs/protocol.md says "
     "(unknown schema version, missing or malformed field): upgrade the audit or fix the writer.",
 }

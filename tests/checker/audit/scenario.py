@@ -6,17 +6,19 @@ promoted rows with offsets counted per topic partition, broker times given by th
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from checker.audit import ledger as L
 from outbox.protocol.ids import new_transaction_id
+from outbox.protocol.states import CheckBy
 
 HALF_SCHEMA = (
     "txn_id string, producer_group string, real_topic string, real_key binary, "
     "message_index int, message_count int, check_count int, origin_offset long, "
-    "partition int, offset long, ts_ms long, in_range boolean"
+    "partition int, offset long, ts_ms long, in_range boolean, check_by string"
 )
 OP_SCHEMA = (
     "txn_id string, state string, producer_group string, half_partition int, "
@@ -41,6 +43,7 @@ class Txn:
     keys: list[bytes | None]
     topic: str
     offsets: list[int] = field(default_factory=list)
+    check_by: str = CheckBy.EVIDENCE.value
 
 
 @dataclass
@@ -68,9 +71,19 @@ class Scenario:
         topic: str = "orders",
         group: str = "g",
         in_range: bool = True,
+        check_by: str = CheckBy.EVIDENCE.value,
+        txn_id: str | None = None,
     ) -> Txn:
-        """Half records of a new transaction, all stamped ``at``."""
-        t = Txn(new_transaction_id(), group, partition, keys or [key] * messages, topic)
+        """Half records of a new transaction, all stamped ``at`` (``check_by``: what their
+        ``outbox-check-by`` header says, ``evidence`` when the producer writes none)."""
+        t = Txn(
+            txn_id or new_transaction_id(),
+            group,
+            partition,
+            keys or [key] * messages,
+            topic,
+            check_by=check_by,
+        )
         for index, k in enumerate(t.keys):
             offset = self._offset("half", partition)
             t.offsets.append(offset)
@@ -88,6 +101,7 @@ class Scenario:
                     offset,
                     at,
                     in_range,
+                    check_by,
                 )
             )
         return t
@@ -108,6 +122,7 @@ class Scenario:
                 offset,
                 at,
                 in_range,
+                t.check_by,
             )
         )
 
@@ -186,6 +201,12 @@ class Scenario:
         book = L.ledger(txns, L.decisions(frames["ops"]), delivered).cache()
         frames["delivered"] = delivered
         return book, frames
+
+
+def txn_id_at(ms: int) -> str:
+    """A UUIDv7 transaction id that says its transaction began at ``ms`` (Unix ms)."""
+    rest = uuid.UUID(new_transaction_id()).int & ((1 << 80) - 1)  # version, variant, random
+    return str(uuid.UUID(int=(ms << 80) | rest))
 
 
 def ids(frame: Any) -> set[str]:

@@ -42,15 +42,16 @@ class Seeded:
     clean: set[str] = field(default_factory=set)
 
 
-def fresh_database(postgres_url: str) -> str:
-    """A new, empty database on the session's PostgreSQL, with the outbox migrations."""
+def fresh_database(postgres_url: str, revision: str = "heads") -> str:
+    """A new, empty database on the session's PostgreSQL, with the outbox migrations (up to
+    ``revision``)."""
     name = unique("audit").replace("-", "_")
     admin = sa.create_engine(postgres_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f"CREATE DATABASE {name}"))
     admin.dispose()
     url = sa.make_url(postgres_url).set(database=name).render_as_string(hide_password=False)
-    migrations.upgrade(url)
+    migrations.upgrade(url, revision)
     return url
 
 

@@ -69,3 +69,23 @@ def test_scope_is_the_first_half_record_or_for_half_less_transactions_the_first_
     gone = row(book, halves_gone.txn_id)
     assert gone.in_scope and gone.expected == 1 and gone.half_offsets == halves_gone.offsets
     assert not row(book, copy_only.txn_id).in_scope
+
+
+def test_a_transaction_is_answered_by_evidence_only_when_all_its_half_records_say_so(
+    spark,
+) -> None:
+    sc = Scenario()
+    plain = sc.txn(2)
+    listener = sc.txn(2, check_by="listener")
+    sc.put_back(listener, 0, at=3_000)
+    mixed = sc.txn(2)
+    sc.halves[-1] = (*sc.halves[-1][:-1], "listener")  # one record of two says listener
+    halves_gone = sc.txn()
+    sc.halves = [h for h in sc.halves if h[0] != halves_gone.txn_id]
+    sc.op(halves_gone, "COMMIT", at=2_000)
+    book, _ = sc.ledger(spark)
+
+    assert row(book, plain.txn_id).check_by == "evidence"
+    assert row(book, listener.txn_id).check_by == "listener"
+    assert row(book, mixed.txn_id).check_by == "listener"
+    assert row(book, halves_gone.txn_id).check_by is None  # not known: no half record read

@@ -35,7 +35,12 @@ def raw(spark, rows):
 
 
 def half_headers(
-    txn_id: str, index: int = 0, key: bytes | None = b"k", version: int = 2, **extra: bytes
+    txn_id: str,
+    index: int = 0,
+    key: bytes | None = b"k",
+    version: int = 2,
+    check_by: str = "evidence",
+    **extra: bytes,
 ):
     headers = encode_half_headers(
         txn_id=txn_id,
@@ -45,6 +50,7 @@ def half_headers(
         count=2,
         created_at_ms=5,
         schema_version=version,
+        check_by=check_by,
     )
     return headers + list(extra.items())
 
@@ -154,6 +160,47 @@ def test_half_records_are_typed_from_their_headers_and_bad_ones_carry_the_proble
         (19, "unknown schema version "),
         (20, "no producer_group"),
     }
+
+
+@pytest.mark.parametrize("version", HALF_SCHEMA_VERSIONS)
+def test_half_records_say_what_answers_their_checks_evidence_when_they_do_not(
+    spark, version: int
+) -> None:
+    t = new_transaction_id()
+    origin = {"outbox-origin-offset": b"0"}
+    rows = [
+        (t.encode(), b"v", 0, 0, AS_OF - 5, half_headers(t, version=version)),
+        (t.encode(), b"v", 0, 1, AS_OF - 5, half_headers(t, version=version, check_by="listener")),
+        (
+            t.encode(),
+            b"v",
+            0,
+            2,
+            AS_OF - 5,
+            half_headers(t, version=version, check_by="listener", **origin),
+        ),
+        (t.encode(), b"v", 0, 3, AS_OF - 5, half_headers(t, version=version, check_by="oracle")),
+        (
+            t.encode(),
+            b"v",
+            0,
+            4,
+            AS_OF - 5,
+            half_headers(t, version=version, **{"outbox-check-by": b"evidence"}),
+        ),
+    ]
+    typed = records.halves(raw(spark, rows), InRange(), as_of_ms=AS_OF)
+
+    by_offset = {r.offset: (r.check_by, r.problem) for r in typed.collect()}
+    assert by_offset == {
+        0: ("evidence", None),  # no header: the decorator and context-manager forms
+        1: ("listener", None),
+        2: ("listener", None),  # a put-back copy carries it over
+        3: ("oracle", None),  # a value of a newer producer: kept, never guessed at
+        4: ("evidence", None),
+    }
+    for _, _, _, offset, _, written in rows:
+        assert decode_half(value=b"v", headers=written).check_by == by_offset[offset][0]
 
 
 def op_value(txn_id: str, **changes) -> bytes:
