@@ -2,10 +2,12 @@
 
 Runs on the embedded defaults: a local Kafka broker process and a SQLite file. Some orders are
 declined (rolled back), some "crash" right after their DB commit (their op marker is lost), some
-are still in progress when first checked. Exits 0 only when every committed order was delivered
-exactly once, no declined order was delivered, and nothing was given up - and the Spark audit
-(checker.audit) of what it left on the topics and in its database is clean; it prints the
-audit's verdict and the path of its HTML report.
+are still in progress when first checked. One in ten goes through the RocketMQ-style
+``TransactionalProducer`` (``listener.py``), whose local transaction sometimes answers UNKNOWN
+and is settled by the listener's ``check_local_transaction``. Exits 0 only when every committed
+order was delivered exactly once, no declined order was delivered, and nothing was given up - and
+the Spark audit (checker.audit) of what it left on the topics and in its database is clean; it
+prints the audit's verdict and the path of its HTML report.
 """
 
 from __future__ import annotations
@@ -30,11 +32,19 @@ from sqlalchemy.orm import sessionmaker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from listener import OrderRequest, OrdersListener, order_placed
 from service import ORDERS_TOPIC, Base, Order, PaymentDeclined, place_order
 
 import outbox
 from checker import Checker, CheckerSettings
-from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
+from outbox import (
+    LocalTransactionState,
+    OutboxProducer,
+    OutboxSettings,
+    TransactionalProducer,
+    ensure_topics,
+    migrations,
+)
 from outbox.testing import start_kafka
 from relay import Relay, RelaySettings
 
@@ -63,11 +73,15 @@ class Tally:
     declined: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)
     fenced: int = 0
+    by_listener: int = 0
+    listener_unknown: int = 0
     delivered: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def place_all(args: argparse.Namespace, tally: Tally, crashes: Crashes) -> None:
+def place_all(
+    args: argparse.Namespace, tally: Tally, crashes: Crashes, sender: TransactionalProducer
+) -> None:
     rng = random.Random(7)
     plan = [
         (i, f"order-{i:05d}", f"customer-{rng.randrange(20)}", rng.random() < args.decline_share)
@@ -79,7 +93,12 @@ def place_all(args: argparse.Namespace, tally: Tally, crashes: Crashes) -> None:
         crashes.local.crash = i % 25 == 7  # 4% crash after their DB commit
         slow = 3.0 if i % 100 == 42 else 0.0  # 1% still in progress at their first check
         try:
-            place_with_retry(order_id, customer, 100 + i, decline, slow, tally)
+            if i % 10 == 3:  # the RocketMQ-style path; every other one answers UNKNOWN
+                place_with_listener(
+                    sender, order_id, customer, 100 + i, decline, i % 20 == 3, tally
+                )
+            else:
+                place_with_retry(order_id, customer, 100 + i, decline, slow, tally)
         except PaymentDeclined:
             with tally.lock:
                 tally.declined.add(order_id)
@@ -106,6 +125,25 @@ def place_with_retry(
                 tally.fenced += 1
             if attempt == 2:
                 raise
+
+
+def place_with_listener(
+    sender: TransactionalProducer,
+    order_id: str,
+    customer: str,
+    amount: int,
+    decline: bool,
+    unknown: bool,
+    tally: Tally,
+) -> None:
+    """The order through ``TransactionalProducer``: its listener places it (or declines it)."""
+    request = OrderRequest(order_id, customer, amount, decline=decline, answer_unknown=unknown)
+    result = sender.send_message_in_transaction(order_placed(request), arg=request)
+    with tally.lock:
+        tally.by_listener += 1
+        tally.listener_unknown += result.local_transaction_state is LocalTransactionState.UNKNOWN
+    if result.local_transaction_state is LocalTransactionState.ROLLBACK:
+        raise PaymentDeclined(f"payment for {order_id} declined")
 
 
 def consume(bootstrap: str, tally: Tally, stop: threading.Event) -> None:
@@ -167,6 +205,8 @@ def summary(tally: Tally, committed: set[str], checker: Checker) -> dict[str, in
     stats = checker.stats
     return {
         "placed": tally.placed,
+        "  through TransactionalProducer": tally.by_listener,
+        "  of them UNKNOWN, settled by a check": tally.listener_unknown,
         "committed": len(committed),
         "rolled back": len(tally.declined),
         "fenced by a check, retried": tally.fenced,
@@ -227,6 +267,9 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
     create_real_topic(bootstrap, ORDERS_TOPIC, partitions=3)
     producer = OutboxProducer(settings)
     outbox.configure(producer=producer, session_factory=sessionmaker(engine))
+    sender = TransactionalProducer(producer, OrdersListener(engine))
+    # one endpoint answers both: the evidence table for @outbox.transactional orders, the
+    # listener's check_local_transaction for the TransactionalProducer ones
     producer.serve_checks(engine=engine, secret=DEMO_SECRET)
     crashes = Crashes(producer)
     print(f"kafka {bootstrap}, database {db_url}")
@@ -249,7 +292,7 @@ def run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
     for thread in threads:
         thread.start()
 
-    placing = threading.Thread(target=place_all, args=(args, tally, crashes))
+    placing = threading.Thread(target=place_all, args=(args, tally, crashes, sender))
     placing.start()
     line = Progress()
     while placing.is_alive():
