@@ -1,64 +1,59 @@
 """The checker: finds transactions whose outcome never arrived and asks their producers.
 
 It reads the half and op topics of the partitions it owns (a consumer group, range assignor, so
-one instance owns partition p of both topics). The op partitions are read from their start up to
-their high-watermark before anything is checked, so nothing already decided is checked. Answers
-become op records (decided by: checker). After ``check_max`` UNKNOWN answers, or when no producer
-of the group has been live for ``no_producer_timeout_s``, the transaction is given up: a GIVEN_UP
-op, and its messages with the reason on the dead-letter topic.
+one instance owns partition p of both topics). Before anything of a partition is checked, its op
+partition has been read to its end, so nothing already decided is checked. Answers become op
+records (decided by: checker). After ``check_max`` UNKNOWN answers, or when no producer of the
+group has been live for ``no_producer_timeout_s``, the transaction is given up: a GIVEN_UP op,
+and its messages with the reason on the dead-letter topic.
+
+Each round's writes and the read positions that make them true are one Kafka transaction
+(:mod:`checker.writer`), so a zombie instance is fenced, and a restart starts from the committed
+positions, reading what is pending rather than the topics' history (:mod:`checker.assignment`).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
-    Producer,
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
+from checker.assignment import progress_metadata, restore_counts, starts
 from checker.breaker import Breaker
-from checker.client import CheckClient, NoAnswer
+from checker.client import CheckClient
 from checker.instances import LiveInstances
+from checker.plan import CheckerStats, RoundPlan
+from checker.rounds import CheckRound
 from checker.settings import CheckerSettings
-from checker.tracker import Pending, Tracker
-from outbox.errors import ProtocolError
+from checker.tracker import Tracker
+from checker.writer import Refusals, RoundFailed, RoundWriter
+from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
-from outbox.protocol.check import CheckedTransaction, split_requests
-from outbox.protocol.dead_letter import dead_letter_headers
-from outbox.protocol.half import HalfRecord, decode_half, why_incomplete
-from outbox.protocol.op import OpRecord, decode_op, encode_op
-from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
+from outbox.protocol.half import decode_half
+from outbox.protocol.op import decode_op
+from outbox.protocol.states import OpState
 
 log = logging.getLogger("checker")
-Answers = dict[str, LocalTransactionState]
+
+#: How often read positions are committed when no decision is written.
+COMMIT_EVERY_S = 5.0
 
 
-@dataclass
-class CheckerStats:
-    checks: int = 0
-    resolved_commit: int = 0
-    resolved_rollback: int = 0
-    unknown: int = 0
-    given_up: int = 0
-    incomplete: int = 0
-    unreachable: int = 0
-    breaker_trips: int = 0
-    write_failures: int = 0
+class _Restart(Exception):
+    """The session cannot go on: start a new one from the committed positions."""
 
 
 class Checker:
@@ -68,22 +63,16 @@ class Checker:
         self.settings = settings
         self.names = settings.topics
         self.stats = CheckerStats()
-        self.tracker = Tracker(
-            timeout_ms=int(settings.transaction_timeout_s * 1000),
-            interval_ms=int(settings.check_interval_s * 1000),
-        )
+        self.tracker = self._new_tracker()
         secret = settings.secret.encode() if settings.secret else None
         self.client = CheckClient(
             secret, settings.request_timeout_s, max_request_bytes=settings.request_max_bytes
         )
+        self.refusals = Refusals()
+        self.sessions = 0
         self._closed = threading.Event()
         self._loop_at = time.monotonic()
         self._ready = (False, "starting")
-        self._ops_caught_up: set[int] = set()
-        self._written: dict[str, OpState] = {}  # our own ops, not yet read back
-        #: Given up for missing half records, GIVEN_UP op not yet taken (counted once taken).
-        self._incomplete: set[str] = set()
-        self._pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
         self.breakers: dict[str, Breaker] = defaultdict(
             lambda: Breaker(
                 min_samples=settings.breaker_min_samples,
@@ -92,47 +81,24 @@ class Checker:
             )
         )
 
+    def _new_tracker(self) -> Tracker:
+        return Tracker(
+            timeout_ms=int(self.settings.transaction_timeout_s * 1000),
+            interval_ms=int(self.settings.check_interval_s * 1000),
+            slack_ms=int(self.settings.clock_slack_s * 1000),
+        )
+
     def close(self) -> None:
         self._closed.set()
 
-    def _config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
-
     def run(self) -> None:
-        self._consumer = Consumer(
-            {
-                **self._config(),
-                "group.id": self.settings.group_id,
-                "partition.assignment.strategy": "range",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-            }
-        )
-        self._producer = Producer({**self._config(), "enable.idempotence": True, "acks": "all"})
-        self.instances = LiveInstances(
-            self._config(), self.names.registry, self.settings.registry_ttl_s
-        )
-        self._fetcher = HalfFetcher(self._config(), self.names.half)
-        self._admin = AdminClient(self._config())
-        self._consumer.subscribe(
-            [self.names.half, self.names.op], on_assign=self._on_assign, on_revoke=self._on_revoke
-        )
-        self._ready = (True, "subscribed")
-        try:
-            while not self._closed.is_set():
-                self._loop_at = time.monotonic()
-                for msg in self._consumer.consume(1000, 0.2):
-                    self._route(msg)
-                self.instances.poll()
-                self._check_due()
-        finally:
-            self._ready = (False, "stopped")
-            self._pool.shutdown()
-            self._consumer.close()
-            self._producer.flush(10)
-            self.instances.close()
-            self._fetcher.close()
+        while not self._closed.is_set():
+            try:
+                _Session(self).run()
+            except (_Restart, RoundFailed, KafkaException, OutboxError) as err:
+                self._ready = (False, f"restarting after: {err}")
+                log.error("checker session ended (%s); starting a new one", err)
+                self._closed.wait(1.0)
 
     def live(self) -> tuple[bool, str]:
         """Liveness: the loop turns (a check round is bounded by the request timeouts)."""
@@ -143,49 +109,139 @@ class Checker:
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
+        """Ready once every assigned partition was read to its end since it was assigned."""
         return self._ready
 
-    # -- reading ---------------------------------------------------------------------------
+
+class _Session:
+    """One session's clients and read positions; a failure ends it (see ``Checker.run``)."""
+
+    def __init__(self, checker: Checker) -> None:
+        self.checker = checker
+        self.settings = settings = checker.settings
+        self.names = checker.names
+        checker.sessions += 1
+        checker.tracker = self.tracker = checker._new_tracker()
+        config = self._config()
+        # The writer first: its init_transactions fences this instance's previous session, and
+        # nothing else is open yet should it fail.
+        self.writer = RoundWriter(
+            config,
+            self.names,
+            settings.group_id,
+            settings.transactional_id,
+            checker.refusals,
+        )
+        self.consumer = Consumer(
+            {
+                **config,
+                "group.id": settings.group_id,
+                "partition.assignment.strategy": "range",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "enable.partition.eof": True,
+            }
+        )
+        self.instances = LiveInstances(config, self.names.registry, settings.registry_ttl_s)
+        self.fetcher = HalfFetcher(config, self.names.half)
+        self.admin = AdminClient(config)
+        self.pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
+        self.round = CheckRound(
+            settings,
+            self.tracker,
+            client=checker.client,
+            instances=self.instances,
+            fetcher=self.fetcher,
+            breakers=checker.breakers,
+            refusals=checker.refusals,
+            stats=checker.stats,
+            caught_up=self._caught_up,
+            read_halves_to_end=self._read_halves_to_end,
+            pool=self.pool,
+        )
+        self.assigned: set[int] = set()
+        #: (topic, partition) read to its end since assigned (a partition EOF was seen).
+        self.at_end: set[tuple[str, int]] = set()
+        self.tombstones: list[tuple[int, str]] = []
+        self.committed_at = 0.0
+        self._assign_error: Exception | None = None
+
+    def _config(self) -> dict[str, Any]:
+        return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
+
+    def run(self) -> None:
+        self.consumer.subscribe(
+            [self.names.half, self.names.op], on_assign=self._on_assign, on_revoke=self._on_revoke
+        )
+        try:
+            while not self.checker._closed.is_set():
+                self.checker._loop_at = time.monotonic()
+                for msg in self.consumer.consume(1000, 0.2):
+                    self._route(msg)
+                if self._assign_error is not None:
+                    raise _Restart(f"cannot take the assigned partitions: {self._assign_error}")
+                self._update_ready()
+                self.instances.poll()
+                self._round()
+        finally:
+            self.checker._ready = (False, "stopped")
+            self.pool.shutdown()
+            self.writer.close()
+            self.consumer.close()
+            self.instances.close()
+            self.fetcher.close()
+
+    # -- assignment ------------------------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            if tp.topic == self.names.op:
-                tp.offset = OFFSET_BEGINNING  # learn every decision before checking anything
-                self._ops_caught_up.discard(tp.partition)
-        consumer.assign(partitions)
+        """An exception must not escape a librdkafka callback: kept, the loop starts over."""
+        try:
+            numbers = {tp.partition for tp in partitions if tp.topic == self.names.half}
+            numbers &= {tp.partition for tp in partitions if tp.topic == self.names.op}
+            slack_ms = int(self.settings.clock_slack_s * 1000)
+            found = starts(consumer, self.names, numbers, slack_ms=slack_ms)
+            counts = restore_counts(self._config(), self.names, self.settings.group_id, numbers)
+            self.tracker.restored.update(counts)
+            for tp in partitions:
+                if tp.partition in found:
+                    start = found[tp.partition]
+                    tp.offset = (
+                        start.half_offset if tp.topic == self.names.half else start.op_offset
+                    )
+            self.assigned |= numbers
+            consumer.assign(partitions)
+            log.info(
+                "assigned partitions %s (%d check counts restored)", sorted(numbers), len(counts)
+            )
+        except (KafkaException, OutboxError) as err:
+            self._assign_error = err
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             if tp.topic == self.names.half:
                 self.tracker.drop_partition(tp.partition)
-                self._ops_caught_up.discard(tp.partition)
+                self.assigned.discard(tp.partition)
+            self.at_end.discard((tp.topic, tp.partition))
+        self.checker._ready = (False, "rebalancing")
+
+    # -- reading ---------------------------------------------------------------------------
 
     def _route(self, msg: Message) -> None:
-        if msg.error():
+        error = msg.error()
+        topic, partition = str(msg.topic()), int(msg.partition() or 0)
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self._reached_end(topic, partition)
             return
-        if msg.topic() == self.names.op:
-            try:
-                op = decode_op(msg.key(), msg.value())
-            except ProtocolError:
-                return  # the relay dead-letters it; here it decides nothing
-            if op is None:
-                return
-            if op.state is OpState.RESUMED:
-                self.tracker.resume(
-                    op.txn_id,
-                    op.producer_group,
-                    op.half_partition,
-                    op.half_offsets,
-                    msg.timestamp()[1],
-                )
-            elif self._written.pop(op.txn_id, None) is not op.state:
-                self.tracker.decide(op.txn_id, op.state)
+        if topic == self.names.op:
+            self._op(msg, partition)
             return
         try:
             record = decode_half(
                 value=msg.value(),
                 headers=msg.headers(),
-                partition=msg.partition() or 0,
+                partition=partition,
                 offset=msg.offset() or 0,
                 timestamp_ms=msg.timestamp()[1],
             )
@@ -193,19 +249,49 @@ class Checker:
             return
         self.tracker.add_half(record)
 
-    def _caught_up(self, partitions: set[int]) -> set[int]:
-        """Which of ``partitions`` this instance has read on the op topic to their high-watermark
-        (one offsets request for all of them; a partition once caught up stays so)."""
-        behind = partitions - self._ops_caught_up
-        if behind:
-            ends = self._end_offsets(self.names.op, behind, timeout=5)
-            positions = self._consumer.position(
-                [TopicPartition(self.names.op, p) for p in sorted(ends)]
+    def _op(self, msg: Message, partition: int) -> None:
+        try:
+            op = decode_op(msg.key(), msg.value())
+        except ProtocolError:
+            return  # the relay dead-letters it; here it decides nothing
+        if op is None:
+            return
+        if op.state is OpState.RESUMED:
+            self.tracker.resume(
+                op.txn_id, op.producer_group, op.half_partition, op.half_offsets, msg.timestamp()[1]
             )
-            for tp in positions:
-                if ends[tp.partition] == 0 or tp.offset >= ends[tp.partition]:
-                    self._ops_caught_up.add(tp.partition)
-        return partitions & self._ops_caught_up
+            return
+        if self.round.written.pop(op.txn_id, None) is op.state:
+            return  # our own decision, read back
+        entry = self.tracker.decide(op.txn_id, op.state, partition, msg.timestamp()[1])
+        if entry is not None and (entry.checks or entry.unreachable_since_ms is not None):
+            self.tombstones.append((partition, op.txn_id))  # decided elsewhere: forget its count
+
+    def _reached_end(self, topic: str, partition: int) -> None:
+        if (topic, partition) in self.at_end:
+            return
+        self.at_end.add((topic, partition))
+        if (topic == self.names.half and (self.names.op, partition) in self.at_end) or (
+            topic == self.names.op and (self.names.half, partition) in self.at_end
+        ):
+            self.tombstones += [(partition, t) for t in self.tracker.stale_counts(partition)]
+
+    def _update_ready(self) -> None:
+        behind = [
+            p
+            for p in self.assigned
+            if (self.names.half, p) not in self.at_end or (self.names.op, p) not in self.at_end
+        ]
+        if self.assigned and not behind:
+            self.checker._ready = (True, "caught up")
+        elif self.assigned:
+            self.checker._ready = (False, f"reading partitions {sorted(behind)} to their end")
+        else:
+            self.checker._ready = (False, "no partition assigned")
+
+    def _caught_up(self, partitions: set[int]) -> set[int]:
+        """Which of ``partitions`` have their op partition read to its end since assigned."""
+        return {p for p in partitions if (self.names.op, p) in self.at_end}
 
     def _end_offsets(self, topic: str, partitions: set[int], timeout: float) -> dict[int, int]:
         """High-watermarks of ``partitions`` in one request per leader; a partition whose
@@ -214,10 +300,8 @@ class Checker:
             TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
             for p in sorted(partitions)
         }
-        futures = self._admin.list_offsets(
-            request,
-            isolation_level=IsolationLevel.READ_UNCOMMITTED,
-            request_timeout=timeout,
+        futures = self.admin.list_offsets(
+            request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout
         )
         ends: dict[int, int] = {}
         for tp, future in futures.items():
@@ -227,281 +311,68 @@ class Checker:
                 log.warning("end offset of %s [%d] not known: %s", topic, tp.partition, err)
         return ends
 
-    # -- checking --------------------------------------------------------------------------
-
-    def _check_due(self) -> None:
-        now_ms = int(time.time() * 1000)
-        due = self.tracker.due(now_ms)
-        if not due:
-            return
-        ready = self._caught_up({p.partition for p in due})
-        by_group: dict[str, list[Pending]] = defaultdict(list)
-        for entry in due:
-            if entry.partition in ready:
-                by_group[entry.group].append(entry)
-        batches = [
-            (group, batch)
-            for group, entries in by_group.items()
-            if self.breakers[group].allows(now_ms / 1000)  # paused groups stay due, unpenalised
-            for batch in self._requests(entries)
-        ]
-        # Back-pressure: at most this many requests per round; the rest stay due for the next.
-        batches = batches[: self.settings.check_concurrency * 2]
-        futures = {
-            self._pool.submit(self._ask, group, [checked for _, checked in batch]): (
-                group,
-                [entry for entry, _ in batch],
-            )
-            for group, batch in batches
-        }
-        answered = [(*futures[f], f.result()) for f in as_completed(futures)]
-        # One read to the end of every half partition a COMMIT answer names, for the round.
-        commit_partitions = {
-            entry.partition
-            for _, entries, result in answered
-            if not isinstance(result, NoAnswer)
-            for entry in entries
-            if result[entry.txn_id] is LocalTransactionState.COMMIT
-        }
-        halves_read = not commit_partitions or self._read_halves_to_end(commit_partitions)
-        for group, entries, result in answered:
-            self._apply(group, entries, result, now_ms, halves_read=halves_read)
-        self._producer.flush(10)
-
-    def _requests(self, entries: list[Pending]) -> list[list[tuple[Pending, CheckedTransaction]]]:
-        """The check requests for one group's due transactions, each carrying the first half
-        record in hand of every transaction it asks about (its ``check_by`` routes the check at
-        the endpoint; its message is what ``check_local_transaction`` receives). A transaction
-        with no half record left to read (a resumed one whose copies are gone) is not asked
-        about: it is given up, as nothing of it could be delivered."""
-        checked: dict[str, tuple[Pending, CheckedTransaction]] = {}
-        for entry in entries:
-            entry = self._with_records(entry)
-            if not entry.records:
-                self._give_up(entry, "none of its half records is left to read")
-                continue
-            first = entry.records[min(entry.records)]
-            checked[entry.txn_id] = (
-                entry,
-                CheckedTransaction(entry.txn_id, first.check_by, entry.checks, first),
-            )
-        splits = split_requests(
-            (c for _, c in checked.values()),
-            max_ids=self.settings.batch_size,
-            max_bytes=self.settings.request_max_bytes,
-        )
-        return [[checked[c.txn_id] for c in split] for split in splits]
-
-    def _ask(self, group: str, transactions: list[CheckedTransaction]) -> Answers | NoAnswer:
-        """Runs in a worker thread: HTTP only, no Kafka client is touched here."""
-        instances = self.instances.pick(group, self.settings.failover_attempts)
-        if not instances:
-            return NoAnswer(f"no live instance of producer group {group!r}", asked=False)
-        try:
-            return self.client.check(instances, transactions)
-        except NoAnswer as err:
-            return err
-
-    def _apply(
-        self,
-        group: str,
-        entries: list[Pending],
-        result: Answers | NoAnswer,
-        now_ms: int,
-        *,
-        halves_read: bool,
-    ) -> None:
-        if isinstance(result, NoAnswer):
-            if result.asked:
-                self._trip(group, [True] * len(entries), now_ms)
-            self._unreachable(entries, now_ms, str(result))
-            return
-        answers = result
-        self.stats.checks += len(entries)
-        unknown = [answers[e.txn_id] is LocalTransactionState.UNKNOWN for e in entries]
-        self._trip(group, unknown, now_ms)
-        commits = any(answers[e.txn_id] is LocalTransactionState.COMMIT for e in entries)
-        if commits and not halves_read:
-            log.warning("half partitions not read to their end in time; answers applied later")
-            return  # still due: checked again next round, no attempt counted
-        for entry in entries:
-            if entry.txn_id in self.tracker.pending:  # not decided meanwhile by another op
-                self._answered(entry, answers[entry.txn_id], now_ms)
-
-    def _trip(self, group: str, bad: list[bool], now_ms: int) -> None:
-        breaker = self.breakers[group]
-        if any([breaker.record(b, now_ms / 1000) for b in bad]):
-            self.stats.breaker_trips += 1
-            log.error(
-                "circuit breaker open for producer group %r for %.0f s: most recent checks "
-                "answered UNKNOWN or failed",
-                group,
-                breaker.cooldown_s,
-            )
-
     def _read_halves_to_end(self, partitions: set[int]) -> bool:
         """Before a COMMIT is written, read every half record the transaction can have.
 
         Its producer had every half acknowledged before its DB commit, and the commit came
         before the answer, so all of them lie below the half partition's high-watermark now
-        (asked once per round, for every partition at once: a request per partition per batch
-        was most of the checker's time).
+        (asked once per round, for every partition at once).
         """
         ends = self._end_offsets(self.names.half, partitions, timeout=10)
         if len(ends) < len(partitions):
             return False
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            positions = self._consumer.position([TopicPartition(self.names.half, p) for p in ends])
+            positions = self.consumer.position([TopicPartition(self.names.half, p) for p in ends])
             if all(tp.offset >= ends[tp.partition] for tp in positions):
                 return True
-            for msg in self._consumer.consume(1000, 0.2):
+            for msg in self.consumer.consume(1000, 0.2):
                 self._route(msg)
         return False
 
-    def _answered(self, entry: Pending, state: LocalTransactionState, now_ms: int) -> None:
-        if state is LocalTransactionState.COMMIT:
-            self._commit(entry)
-        elif state is LocalTransactionState.ROLLBACK:
-            self._decide(entry, OpState.ROLLBACK, None)
-        else:
-            self.stats.unknown += 1
-            self.tracker.unknown(entry, now_ms)
-            if entry.checks >= self.settings.check_max:
-                self._give_up(entry, f"still UNKNOWN after {entry.checks} checks")
+    # -- writing ---------------------------------------------------------------------------
 
-    def _commit(self, entry: Pending) -> None:
-        """A COMMIT names the whole transaction or is not written. The half partition was read
-        to its end first, so a message still missing was removed by retention, was never
-        written, or did not decode (the relay dead-letters those): the transaction is given up
-        instead, what is in hand dead-lettered, and none of it delivered."""
-        entry = self._with_records(entry)
-        why = why_incomplete(entry.records.values())
-        if why is None:
-            self._decide(entry, OpState.COMMIT, None)
+    def _round(self) -> None:
+        plan = self.round.plan(int(time.time() * 1000))
+        plan.states += [(p, t, None) for p, t in self.tombstones]
+        due_commit = time.monotonic() - self.committed_at >= COMMIT_EVERY_S
+        if not plan and not (due_commit and self.assigned):
             return
-        self._incomplete.add(entry.txn_id)
-        self._give_up(
-            entry,
-            f"its producer answered COMMIT, but {why}; delivering the rest would deliver part "
-            "of the transaction: re-send its messages from their source",
-        )
+        self._commit(plan)
 
-    def _unreachable(self, entries: list[Pending], now_ms: int, why: str) -> None:
-        self.stats.unreachable += len(entries)
-        limit_ms = int(self.settings.no_producer_timeout_s * 1000)
-        for entry in entries:
-            if self.tracker.unreachable(entry, now_ms) >= limit_ms:
-                self._give_up(entry, f"no producer of group {entry.group!r} answered: {why}")
+    def _commit(self, plan: RoundPlan) -> None:
+        metadata = self.consumer.consumer_group_metadata()
+        if not self.consumer.memberid():
+            # Taken out of the group (its session timed out: frozen, paused): librdkafka then
+            # forgets its member id and generation, and a transactional offset commit without
+            # them is accepted by the broker, unfenced. Checked after the snapshot above: a
+            # removal after it leaves the old generation in it, which the broker refuses.
+            raise _Restart("no longer a member of the group: this round is not written")
+        try:
+            self.writer.write(plan, self._offsets(), metadata)
+        except RoundFailed:
+            self.checker.stats.write_failures += len(plan.ops) + len(plan.letters)
+            raise
+        self.checker.stats.add(plan.counted)
+        self.tombstones = []
+        self.committed_at = time.monotonic()
+        self.tracker.prune()
 
-    def _with_records(self, entry: Pending) -> Pending:
-        """A resumed transaction whose copies were read before its RESUMED op: fetch them (some
-        may have been read before it and some after, the two topics being read together)."""
-        if len(entry.records) < len(entry.resumed_offsets):
-            found = self._fetcher.fetch(entry.partition, entry.resumed_offsets, entry.txn_id)
-            entry.resumed_offsets = ()  # fetched: a copy gone now stays gone (no second read)
-            for record in found or ():
-                entry.records.setdefault(record.index, record)
-        return entry
-
-    def _give_up(self, entry: Pending, reason: str) -> None:
-        """Dead-letter copies of its records, then the GIVEN_UP op. A give-up whose op the broker
-        did not take is repeated once its condition holds again: copies already taken are not
-        written again. (Should that check answer COMMIT or ROLLBACK
-        instead, the copies stay on the dead-letter topic while the decision is the answer's.)"""
-        log.error("giving up transaction %s of group %s: %s", entry.txn_id, entry.group, reason)
-        entry = self._with_records(entry)
-        for index in sorted(entry.records):
-            if index in entry.dead_lettered:
-                continue
-            record = entry.records[index]
-            headers = dead_letter_headers(
-                record.raw_headers,
-                reason=reason,
-                source_topic=self.names.half,
-                source_partition=entry.partition,
-                source_offset=record.original_offset,
-            )
-            self._producer.produce(
-                self.names.dead_letter,
-                key=entry.txn_id.encode(),
-                value=record.message.value,
-                headers=headers,
-                partition=entry.partition,
-                on_delivery=functools.partial(self._dead_letter_delivered, entry, record),
-            )
-        self._decide(entry, OpState.GIVEN_UP, reason)
-
-    def _decide(self, entry: Pending, state: OpState, reason: str | None) -> None:
-        entry = self._with_records(entry)
-        op = OpRecord(
-            txn_id=entry.txn_id,
-            state=state,
-            producer_group=entry.group,
-            half_partition=entry.partition,
-            half_offsets=tuple(entry.offsets),
-            decided_by=DecidedBy.CHECKER,
-            decided_at_ms=int(time.time() * 1000),
-            reason=reason,
-        )
-        key, value = encode_op(op)
-        self._producer.produce(
-            self.names.op,
-            key=key,
-            value=value,
-            partition=entry.partition,
-            on_delivery=functools.partial(self._op_delivered, entry, state),
-        )
-        self._producer.poll(0)
-        self._written[entry.txn_id] = state
-        self.tracker.decide(entry.txn_id, state)
-
-    def _op_delivered(
-        self, entry: Pending, state: OpState, err: KafkaError | None, msg: Message
-    ) -> None:
-        """A decision the op topic did not take (the broker down past ``message.timeout.ms``,
-        the record refused) is no decision: the transaction is checked again, as if never
-        decided, after the check interval. Decisions are counted here, once the broker took
-        them. Served on the loop's thread (poll and flush)."""
-        if err is None:
-            if state is OpState.COMMIT:
-                self.stats.resolved_commit += 1
-            elif state is OpState.ROLLBACK:
-                self.stats.resolved_rollback += 1
-            else:
-                self.stats.given_up += 1
-                if entry.txn_id in self._incomplete:
-                    self._incomplete.discard(entry.txn_id)
-                    self.stats.incomplete += 1
-            return
-        self.stats.write_failures += 1
-        self._incomplete.discard(entry.txn_id)
-        log.error(
-            "the %s op of transaction %s was not written (%s); checking it again in %.0f s",
-            state.value,
-            entry.txn_id,
-            err.str(),
-            self.settings.check_interval_s,
-        )
-        if self._written.get(entry.txn_id) is state:
-            del self._written[entry.txn_id]
-        now_ms = int(time.time() * 1000)
-        self.tracker.undecide(entry, due_ms=now_ms + int(self.settings.check_interval_s * 1000))
-
-    def _dead_letter_delivered(
-        self, entry: Pending, record: HalfRecord, err: KafkaError | None, msg: Message
-    ) -> None:
-        if err is None:
-            entry.dead_lettered.add(record.index)
-            return
-        self.stats.write_failures += 1
-        log.error(
-            "the dead-letter copy of message %d of given-up transaction %s was not written "
-            "(%s); the record is still at %s[%d] offset %d while its retention lasts",
-            record.index,
-            entry.txn_id,
-            err.str(),
-            self.names.half,
-            record.partition,
-            record.original_offset,
-        )
+    def _offsets(self) -> list[TopicPartition]:
+        """The committed positions: the half offset never past a pending transaction's first
+        record, the op offset with the floor its restart reads decisions from."""
+        numbers = sorted(self.assigned)
+        if not numbers:
+            return []
+        asked = [TopicPartition(t, p) for p in numbers for t in (self.names.half, self.names.op)]
+        positions = {(tp.topic, tp.partition): tp.offset for tp in self.consumer.position(asked)}
+        offsets = []
+        for p in numbers:
+            half = positions[(self.names.half, p)]
+            op = positions[(self.names.op, p)]
+            if half < 0 or op < 0:
+                continue  # nothing read yet: the committed positions stand
+            offsets.append(TopicPartition(self.names.half, p, self.tracker.half_floor(p, half)))
+            floor = self.tracker.floor_ms(p)
+            offsets.append(TopicPartition(self.names.op, p, op, metadata=progress_metadata(floor)))
+        return offsets

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,13 @@ class CheckerSettings:
         insecure_local: send unsigned requests (local endpoints only). Defaults to off.
         topic_prefix: prefix of the internal topics. Defaults to ``__outbox``.
         group_id: consumer group of the checker instances. Defaults to ``outbox-checker``.
+        instance_id: this instance's stable name; its Kafka ``transactional.id`` is
+            ``{group_id}-{instance_id}``, so a restarted instance fences its own unfinished
+            round. Give each instance its own (a StatefulSet's pod name, or the host name).
+            Defaults to the host name.
+        clock_slack_s: how far apart the clocks of the brokers leading a half partition and its
+            op partition may be: a restart reads decisions from this long before the oldest
+            pending transaction's first record. Defaults to 10 s.
         transaction_timeout_s: a transaction younger than this is not checked (RocketMQ's
             ``transactionTimeOut``). Defaults to 6 s.
         check_interval_s: time between two checks of one transaction (RocketMQ 5's
@@ -58,6 +66,8 @@ class CheckerSettings:
     insecure_local: bool = False
     topic_prefix: str = DEFAULT_PREFIX
     group_id: str = "outbox-checker"
+    instance_id: str = field(default_factory=socket.gethostname)
+    clock_slack_s: float = 10.0
     transaction_timeout_s: float = 6.0
     check_interval_s: float = 30.0
     check_max: int = 15
@@ -96,6 +106,10 @@ class CheckerSettings:
         for name in ("check_interval_s", "registry_ttl_s", "request_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+        if not self.instance_id:
+            raise ConfigurationError("instance_id is empty; set OUTBOX_CHECKER_INSTANCE_ID")
+        if self.clock_slack_s < 0:
+            raise ConfigurationError(f"clock_slack_s={self.clock_slack_s!r} must not be negative")
         if not 0 <= self.http_port <= 65535:
             raise ConfigurationError(f"http_port={self.http_port!r} must be 0-65535")
         if self.log_format not in ("text", "json"):
@@ -104,6 +118,10 @@ class CheckerSettings:
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.group_id}-{self.instance_id}"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> CheckerSettings:

@@ -1,7 +1,19 @@
-"""Which transactions are undecided and when each is due for a check. Pure logic, no I/O.
+"""Which transactions are undecided, when each is due for a check, and the decisions that still
+matter. Pure logic, no I/O.
 
 Time is the broker's (the half topic's LogAppendTime) against the checker's own clock, never the
 producer's: a producer whose clock is off is checked neither early nor late.
+
+Memory is bounded by the undecided transactions, not by history:
+
+- a pending entry is made only from a transaction's *original* half records (or a RESUMED op):
+  a put-back copy of a transaction not pending here is a copy of one decided before this
+  checker's committed position (which never passes a pending original), so it is ignored;
+- a decision is remembered only while a half record it settles can still be read: its op's
+  broker time is not older than the partition's *floor* (the first record of its oldest pending
+  transaction, or the last half record read when none is pending) by more than ``slack_ms``.
+  An op is appended after its transaction's halves, so a half read later is settled by an op
+  at least as young as it (:meth:`Tracker.prune`).
 """
 
 from __future__ import annotations
@@ -9,7 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from outbox.protocol.half import HalfRecord
-from outbox.protocol.states import OpState
+from outbox.protocol.state import CheckCount
+from outbox.protocol.states import CheckBy, OpState
 
 
 @dataclass
@@ -28,14 +41,32 @@ class Pending:
     #: Set when resumed with no record in hand: where the resumed copies are, to fetch them
     #: (once: emptied by the fetch).
     resumed_offsets: tuple[int, ...] = ()
-    #: Message indices whose dead-letter copy the broker took: a give-up repeated because its
-    #: GIVEN_UP op was not written does not copy them again.
-    dead_lettered: set[int] = field(default_factory=set)
 
     @property
     def offsets(self) -> list[int]:
         """The original offsets of its half records, in message-index order."""
         return [self.records[i].original_offset for i in sorted(self.records)]
+
+    @property
+    def first_offset(self) -> int | None:
+        """The lowest offset a restart must read from to find it again."""
+        found = [r.offset for r in self.records.values()] + list(self.resumed_offsets)
+        return min(found) if found else None
+
+    @property
+    def check_by(self) -> str:
+        return next(iter(self.records.values())).check_by if self.records else CheckBy.EVIDENCE
+
+    def count(self) -> CheckCount:
+        return CheckCount(self.checks, self.unreachable_since_ms)
+
+
+@dataclass
+class Decided:
+    state: OpState
+    partition: int
+    #: The op's broker timestamp: the decision is forgotten once it is older than the floor.
+    ts_ms: int
 
 
 @dataclass
@@ -44,20 +75,35 @@ class Tracker:
 
     timeout_ms: int
     interval_ms: int
+    slack_ms: int = 10_000
     pending: dict[str, Pending] = field(default_factory=dict)
-    decided: dict[str, OpState] = field(default_factory=dict)
+    decided: dict[str, Decided] = field(default_factory=dict)
+    #: Check counts read back from the state topic, for transactions whose halves come next:
+    #: txn id -> (partition, count).
+    restored: dict[str, tuple[int, CheckCount]] = field(default_factory=dict)
+    #: Broker time of the last half record read, per partition (the floor when none pends).
+    last_half_ms: dict[int, int] = field(default_factory=dict)
     duplicates: int = 0
     conflicts: int = 0
 
     def add_half(self, record: HalfRecord) -> None:
+        self.last_half_ms[record.partition] = max(
+            self.last_half_ms.get(record.partition, 0), record.timestamp_ms
+        )
         if record.txn_id in self.decided:
             return
         entry = self.pending.get(record.txn_id)
         if entry is None:
+            if record.is_copy:
+                return  # a copy of a transaction decided before this checker's position
             immunity_ms = (record.check_immunity_s or 0) * 1000
             entry = Pending(record.txn_id, record.producer_group, record.partition)
             entry.first_ms = record.timestamp_ms
             entry.due_ms = record.timestamp_ms + max(self.timeout_ms, immunity_ms)
+            found = self.restored.pop(record.txn_id, None)
+            if found is not None:
+                count = found[1]
+                entry.checks, entry.unreachable_since_ms = count.checks, count.unreachable_since_ms
             self.pending[record.txn_id] = entry
         entry.records.setdefault(record.index, record)
 
@@ -67,30 +113,25 @@ class Tracker:
         """A given-up transaction was put back to be checked: undecided again, checks from 0,
         first check a timeout after the RESUMED op (broker time)."""
         self.decided.pop(txn_id, None)
+        self.restored.pop(txn_id, None)
         if txn_id in self.pending:
             return
         entry = Pending(txn_id, group, partition, first_ms=at_ms, resumed_offsets=offsets)
         entry.due_ms = at_ms + self.timeout_ms
         self.pending[txn_id] = entry
 
-    def decide(self, txn_id: str, state: OpState) -> Pending | None:
+    def decide(self, txn_id: str, state: OpState, partition: int, ts_ms: int) -> Pending | None:
         """An op was read: the transaction is no longer undecided. The first terminal op wins;
         a later one is counted, as a duplicate or, when its state differs, as a conflict."""
         first = self.decided.get(txn_id)
         if first is None:
-            self.decided[txn_id] = state
-        elif first is state:
+            self.decided[txn_id] = Decided(state, partition, ts_ms)
+        elif first.state is state:
             self.duplicates += 1
         else:
             self.conflicts += 1
+        self.restored.pop(txn_id, None)
         return self.pending.pop(txn_id, None)
-
-    def undecide(self, entry: Pending, due_ms: int) -> None:
-        """This checker's decision was not written: undecided again, due at ``due_ms``, its
-        checks kept (a GIVEN_UP one is given up again at its next UNKNOWN)."""
-        self.decided.pop(entry.txn_id, None)
-        entry.due_ms = due_ms
-        self.pending.setdefault(entry.txn_id, entry)
 
     def due(self, now_ms: int) -> list[Pending]:
         return sorted(
@@ -110,15 +151,58 @@ class Tracker:
         entry.due_ms = now_ms + min(self.interval_ms, 5_000)
         return now_ms - entry.unreachable_since_ms
 
+    def later(self, entry: Pending, now_ms: int) -> None:
+        """Not decided this time for a reason of the checker's own: due again after the
+        interval, no check counted."""
+        entry.due_ms = now_ms + self.interval_ms
+
     def drop_partition(self, partition: int) -> None:
         for txn_id in [t for t, p in self.pending.items() if p.partition == partition]:
             del self.pending[txn_id]
+        for txn_id in [t for t, d in self.decided.items() if d.partition == partition]:
+            del self.decided[txn_id]
+        for txn_id in [t for t, (p, _) in self.restored.items() if p == partition]:
+            del self.restored[txn_id]
+        self.last_half_ms.pop(partition, None)
 
-    def min_offset(self, partition: int) -> int | None:
-        offsets = [
-            r.offset
+    def stale_counts(self, partition: int) -> list[str]:
+        """Counts read back for transactions the partition, read to its end, does not hold
+        pending (decided meanwhile by an op this checker did not re-read): forgotten here, and
+        to be tombstoned by the caller."""
+        stale = [t for t, (p, _) in self.restored.items() if p == partition]
+        for txn_id in stale:
+            del self.restored[txn_id]
+        return stale
+
+    # -- bounds ----------------------------------------------------------------------------
+
+    def half_floor(self, partition: int, read_position: int) -> int:
+        """The half offset a restart must read from: never past a pending transaction's first
+        record (original, or a resumed copy not yet fetched)."""
+        firsts = [
+            first
             for p in self.pending.values()
-            if p.partition == partition
-            for r in p.records.values()
+            if p.partition == partition and (first := p.first_offset) is not None
         ]
-        return min(offsets) if offsets else None
+        return min([*firsts, read_position])
+
+    def floor_ms(self, partition: int) -> int | None:
+        """Broker time from which a restart must re-read decisions (before ``slack_ms``)."""
+        firsts = [p.first_ms for p in self.pending.values() if p.partition == partition]
+        if firsts:
+            return min(firsts)
+        return self.last_half_ms.get(partition)
+
+    def prune(self) -> int:
+        """Forget decisions no half record still to be read can need; returns how many."""
+        floors: dict[int, int | None] = {}
+        gone = []
+        for txn_id, decided in self.decided.items():
+            if decided.partition not in floors:
+                floors[decided.partition] = self.floor_ms(decided.partition)
+            floor = floors[decided.partition]
+            if floor is not None and decided.ts_ms < floor - self.slack_ms:
+                gone.append(txn_id)
+        for txn_id in gone:
+            del self.decided[txn_id]
+        return len(gone)

@@ -9,7 +9,15 @@ from typing import Any
 from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.headers import HALF_SCHEMA_VERSION, HALF_SCHEMA_VERSIONS
-from outbox.protocol.topics import DEFAULT_MIN_COMPACTION_LAG_MS, DEFAULT_PREFIX, TopicNames
+from outbox.protocol.topics import (
+    DEFAULT_HALF_RETENTION_MS,
+    DEFAULT_MIN_COMPACTION_LAG_MS,
+    DEFAULT_OP_RETENTION_MS,
+    DEFAULT_PREFIX,
+    FOREVER,
+    TopicNames,
+    op_retention_problem,
+)
 
 ENV_PREFIX = "OUTBOX_"
 
@@ -27,6 +35,17 @@ class OutboxSettings:
         partitions: partitions of the half and op topics (they always match). Defaults to 6.
         min_compaction_lag_ms: how long op records stay uncompacted (the audit window).
             Defaults to 7 days.
+        half_retention_ms: ``retention.ms`` of the half topic ``ensure_topics`` creates.
+            Defaults to 7 days, Kafka's own default, written on the topic so that the op
+            topic's retention can be checked against it. ``-1`` keeps them forever.
+            Env: ``OUTBOX_HALF_RETENTION_MS``.
+        op_retention_ms: ``retention.ms`` of the op topic (``cleanup.policy=compact,delete``):
+            its keys are unique transaction ids, so compaction alone never shrinks it. At
+            least ``half_retention_ms`` (a decision is read, and audited, with its half
+            records) and ``min_compaction_lag_ms`` (the audit window); ``-1`` keeps them
+            forever. Defaults to 14 days: a half record can outlive its retention by its
+            segment's roll time (7 days by default), its decision must not.
+            Env: ``OUTBOX_OP_RETENTION_MS``.
         max_message_bytes: largest serialized value accepted by ``send()``. Defaults to 1 MiB.
         send_timeout_s: how long one half send may wait for its acknowledgement. Defaults to 10 s.
         send_attempts: attempts at a half send before giving up (tenacity). Defaults to 3.
@@ -56,6 +75,8 @@ class OutboxSettings:
     topic_prefix: str = DEFAULT_PREFIX
     partitions: int = 6
     min_compaction_lag_ms: int = DEFAULT_MIN_COMPACTION_LAG_MS
+    half_retention_ms: int = DEFAULT_HALF_RETENTION_MS
+    op_retention_ms: int = DEFAULT_OP_RETENTION_MS
     max_message_bytes: int = 1024 * 1024
     send_timeout_s: float = 10.0
     send_attempts: int = 3
@@ -91,10 +112,36 @@ class OutboxSettings:
         for name in ("send_timeout_s", "op_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+        self._check_retention()
         if not 0 <= self.op_linger_ms <= 900_000:
             raise ConfigurationError(
                 f"op_linger_ms={self.op_linger_ms!r} must be between 0 and 900000 "
                 "(librdkafka's range for linger.ms)"
+            )
+
+    def _check_retention(self) -> None:
+        if self.min_compaction_lag_ms < 0:
+            raise ConfigurationError(
+                f"min_compaction_lag_ms={self.min_compaction_lag_ms!r} must be at least 0 "
+                f"({_variable('min_compaction_lag_ms')})"
+            )
+        for name in ("half_retention_ms", "op_retention_ms"):
+            value = getattr(self, name)
+            if value != FOREVER and value < 1:
+                raise ConfigurationError(
+                    f"{name}={value!r} must be positive, or -1 to keep records forever "
+                    f"({_variable(name)})"
+                )
+        problem = op_retention_problem(
+            self.op_retention_ms,
+            half_retention_ms=self.half_retention_ms,
+            min_compaction_lag_ms=self.min_compaction_lag_ms,
+        )
+        if problem is not None:
+            raise ConfigurationError(
+                f"{problem}; set {_variable('op_retention_ms')} (now {self.op_retention_ms}) to "
+                f"at least {_variable('half_retention_ms')} and "
+                f"{_variable('min_compaction_lag_ms')}, or -1 (forever)"
             )
 
     @property
@@ -111,3 +158,8 @@ class OutboxSettings:
         return from_env(
             cls, ENV_PREFIX, env, overrides, required=("bootstrap_servers", "producer_group")
         )
+
+
+def _variable(name: str) -> str:
+    """The environment variable of field ``name`` (see :mod:`outbox.env`)."""
+    return ENV_PREFIX + name.upper()

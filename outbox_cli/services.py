@@ -38,7 +38,7 @@ def run_checker(timeout: float) -> int:
 def _preflight(settings: Any, timeout: float, variable: str) -> None:
     topics = probe(connection(settings.bootstrap_servers, settings.kafka), timeout, variable)
     names = settings.topics
-    require(topics, (names.half, names.op, names.registry, names.dead_letter))
+    require(topics, names.all())
 
 
 def run_audit(argv: list[str]) -> int:

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-if TYPE_CHECKING:
-    from relay.relay import Relay
+from relay.accounting import Accounting
+from relay.partitions import Partitions
 
 #: (state counter, metric name, help)
 COUNTERS = (
@@ -30,14 +29,24 @@ COUNTERS = (
         "outbox_relay_conflicting_ops_total",
         "Ops contradicting an earlier terminal op (ignored). Alert on any.",
     ),
+    (
+        "repeats",
+        "outbox_relay_repeated_ops_total",
+        "Terminal ops for transactions decided before, told by position (their first decision "
+        "no longer remembered); never acted on.",
+    ),
     ("evicted", "outbox_relay_evicted_records_total", "Held values dropped for the memory cap."),
 )
 
 
 class RelayMetrics:
-    """One registry per relay, so several relays can live in one process (tests)."""
+    """One registry per relay, so several relays can live in one process (tests).
 
-    def __init__(self, relay: Relay) -> None:
+    Reads the relay's accounting and the partitions it holds at scrape time, on the HTTP
+    thread: both are made to be read from there.
+    """
+
+    def __init__(self, accounting: Accounting, partitions: Partitions) -> None:
         self.registry = CollectorRegistry()
         self.commit_seconds = Histogram(
             "outbox_relay_kafka_txn_commit_seconds",
@@ -45,33 +54,34 @@ class RelayMetrics:
             registry=self.registry,
             buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
         )
-        self.registry.register(_Collector(relay))
+        self.registry.register(_Collector(accounting, partitions))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 class _Collector:
-    def __init__(self, relay: Relay) -> None:
-        self.relay = relay
+    def __init__(self, accounting: Accounting, partitions: Partitions) -> None:
+        self.accounting = accounting
+        self.partitions = partitions
 
     def collect(self) -> Iterator[Metric]:
-        relay = self.relay
-        totals = relay.totals()
+        accounting = self.accounting
+        totals = accounting.totals()
         for key, name, text in COUNTERS:
             yield CounterMetricFamily(name, text, value=totals[key])
         yield CounterMetricFamily(
             "outbox_relay_dead_lettered_total",
             "Records sent to the dead-letter topic (undecodable, unknown schema, or an op whose "
             "half records are gone). Alert on any.",
-            value=relay.dead_lettered,
+            value=accounting.dead_lettered,
         )
         yield CounterMetricFamily(
             "outbox_relay_kafka_txn_aborts_total",
             "Kafka transactions aborted (their work is redone from the committed offsets).",
-            value=relay.aborts,
+            value=accounting.aborts,
         )
-        states = dict(relay.states)
+        states = dict(self.partitions.states)
         pending = GaugeMetricFamily(
             "outbox_relay_pending_records", "Undecided half records held.", labels=["partition"]
         )
@@ -104,6 +114,6 @@ class _Collector:
             "Records between the committed offset and the end of the partition.",
             labels=["topic", "partition"],
         )
-        for (topic, p), value in relay.lag().items():
+        for (topic, p), value in accounting.lag().items():
             lag.add_metric([topic, str(p)], value)
         yield lag

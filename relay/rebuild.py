@@ -1,49 +1,64 @@
-"""Rebuilding a partition's state from its committed progress and the op topic.
+"""Rebuilding a partition's state from its committed progress, the op topic and the state topic.
 
 The committed progress (half offset, op offset, and the metadata stored with the op offset) says
 where to resume reading and from which op offset (``rebuild_from``) decisions must be re-learnt,
 so that re-read half records of transactions decided before the committed op offset are not
-taken as pending. Decisions from a trailing time window are re-learnt too, so that a late
-duplicate op (a producer's op arriving after the checker already decided) is still recognised.
+taken as pending: exactly the ops in [``rebuild_from``, op offset), however many (no memory
+cap: the rebuild point trails the oldest pending record, which put-back keeps recent). They are
+held only until the reader has passed the end the half partition has now
+(:mod:`relay.decisions`). Parked COMMITs come back from the state topic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
 from outbox.protocol.op import OpRecord, decode_op
+from outbox.protocol.state import Parked, StateOwner
 from outbox.protocol.states import TERMINAL_STATES, OpState
-from relay.state import PartitionState, Progress
+from outbox.state_log import read_state
+from relay.progress import Progress
+from relay.settings import RelaySettings
+from relay.state import PartitionState
 
 log = logging.getLogger("relay")
 
 
-def apply_history(state: PartitionState, ops: Iterable[OpRecord], parked: Iterable[str]) -> None:
+def apply_history(
+    state: PartitionState,
+    ops: Iterable[OpRecord],
+    legacy_parked: Iterable[str] = (),
+) -> None:
     """Re-learn decisions from ops that were handled before the committed op offset.
 
-    ``parked`` names COMMITs that were handled but not yet written: they are parked again,
-    not remembered as decided.
+    They are remembered until the reader passes ``state.resumed_end``, the end the half
+    partition had at the rebuild. Transactions parked in ``state`` (from the state topic) are
+    not decided. ``legacy_parked``
+    names COMMITs an older relay parked in its progress metadata: they are parked again from
+    their ops.
     """
-    parked_ids = set(parked)
+    legacy = set(legacy_parked)
     for op in ops:
         if op.state is OpState.RESUMED:
             state.decided.pop(op.txn_id, None)
-            state.parked.pop(op.txn_id, None)
+            if op.txn_id in legacy:
+                state.parked.pop(op.txn_id, None)
             continue
         if op.state not in TERMINAL_STATES or op.txn_id in state.decided:
             continue
         if op.txn_id in state.parked:
             continue
-        if op.txn_id in parked_ids and op.state is OpState.COMMIT:
+        if op.txn_id in legacy and op.state is OpState.COMMIT:
             state.parked[op.txn_id] = op
-        else:
-            state._remember(op.txn_id, op.state)
+        elif state.resumed_end:  # (else no half record is read again: nothing to tell apart)
+            state.decided.remember(op.txn_id, op.state, until=state.resumed_end)
 
 
 def restore(
@@ -52,11 +67,12 @@ def restore(
     *,
     partition: int,
     log_end: int,
+    parked: Mapping[str, OpRecord] | None = None,
     max_held_records: int = 10_000,
-    decided_memory: int = 200_000,
 ) -> PartitionState:
-    """The state of a partition pair committed as ``progress``, given the ops before its op
-    offset (at least those from ``progress.rebuild_from``) and the half partition's end now.
+    """The state of a partition pair committed as ``progress``, given the ops in
+    [``progress.rebuild_from``, op offset), the half partition's end now, and the COMMITs the
+    state topic says are parked.
 
     Until the reader passes ``log_end``, the re-learnt decisions stay needed by any further
     rebuild, so the committed rebuild point is carried over.
@@ -66,11 +82,13 @@ def restore(
         half_position=progress.half_offset,
         op_position=progress.op_offset,
         max_held_records=max_held_records,
-        decided_memory=decided_memory,
+        gap=progress.gap,
     )
-    apply_history(state, history, progress.parked)
+    state.parked.update(parked or {})
     if progress.half_offset < log_end:
+        state.resumed_end = log_end
         state.ahead.append((progress.rebuild_from, log_end))
+    apply_history(state, history, progress.legacy_parked)
     return state
 
 
@@ -90,19 +108,6 @@ class OpHistory:
                 "auto.offset.reset": "error",
             }
         )
-
-    def starts_for_time(self, partitions: Iterable[int], ms: int) -> dict[int, int]:
-        """The first offset of each partition with a timestamp at or after ``ms``, in one
-        request (asking partition by partition costs a round trip each on a rebalance)."""
-        wanted = [TopicPartition(self.topic, p, ms) for p in partitions]
-        if not wanted:
-            return {}
-        starts = {}
-        for tp in self._consumer.offsets_for_times(wanted, 10):
-            if tp.offset < 0:  # nothing that recent: the end
-                tp.offset = int(self._consumer.get_watermark_offsets(tp, timeout=10)[1])
-            starts[tp.partition] = int(tp.offset)
-        return starts
 
     def read(self, partition: int, start: int, end: int) -> list[OpRecord]:
         """Decodable ops with offsets in [start, end); undecodable ones were dead-lettered."""
@@ -177,22 +182,19 @@ def rebuild(
     progress: Progress,
     *,
     log_end: int,
-    window_start: int,
+    parked: Mapping[str, OpRecord] | None = None,
     max_held_records: int,
-    decided_memory: int,
 ) -> PartitionState:
     """The state of a partition pair whose progress was committed as ``progress``;
-    ``log_end`` is the half partition's end, just read from the broker; ``window_start`` the
-    first op offset of the trailing dedup window."""
-    start = min(progress.rebuild_from, window_start)
-    ops = history.read(partition, max(start, 0), progress.op_offset)
+    ``log_end`` is the half partition's end, just read from the broker."""
+    ops = history.read(partition, max(progress.rebuild_from, 0), progress.op_offset)
     state = restore(
         progress,
         ops,
         partition=partition,
         log_end=log_end,
+        parked=parked,
         max_held_records=max_held_records,
-        decided_memory=decided_memory,
     )
     log.info(
         "partition %d rebuilt: half from %d, op from %d (decisions re-learnt from op %d: %d); "
@@ -200,8 +202,72 @@ def rebuild(
         partition,
         progress.half_offset,
         progress.op_offset,
-        start,
-        len(ops),
+        progress.rebuild_from,
+        len(state.decided),
         len(state.parked),
     )
     return state
+
+
+class Rebuilder:
+    """Rebuilds newly assigned partition pairs for one session, from its op history reader
+    and the state topic.
+
+    ``touch`` is called before each partition: a long rebuild is progress, not a hang.
+    """
+
+    def __init__(
+        self,
+        history: OpHistory,
+        settings: RelaySettings,
+        touch: Callable[[], None],
+        *,
+        config: dict[str, Any],
+    ) -> None:
+        self.history = history
+        self.settings = settings
+        self.touch = touch
+        self.config = config
+        self._half = settings.topics.half
+
+    def rebuild(
+        self, consumer: Consumer, progress: dict[int, Progress]
+    ) -> dict[int, PartitionState]:
+        """The states of partition pairs committed as ``progress``; ``consumer`` says where
+        their half partitions start and end now."""
+        if not progress:
+            return {}
+        parked: dict[int, dict[str, OpRecord]] = {p: {} for p in progress}
+        remembered = read_state(
+            self.config, self.settings.topics, StateOwner.RELAY, self.settings.group_id, progress
+        )
+        for txn, (p, value) in remembered.items():
+            if isinstance(value, Parked) and p in parked:
+                parked[p][txn] = value.op
+        states = {}
+        for p, at in progress.items():
+            self.touch()
+            low, end = consumer.get_watermark_offsets(
+                TopicPartition(self._half, p), timeout=10, cached=False
+            )
+            if at.half_offset < low:
+                log.error(
+                    "%s[%d]: offsets %d..%d were removed by retention before the relay read "
+                    "them (lengthen the retention of the internal topics); going on from %d, "
+                    "and a COMMIT naming them is dead-lettered",
+                    self._half,
+                    p,
+                    at.half_offset,
+                    low - 1,
+                    low,
+                )
+                at = dataclasses.replace(at, half_offset=int(low), gap=(at.half_offset, int(low)))
+            states[p] = rebuild(
+                self.history,
+                p,
+                at,
+                log_end=int(end),
+                parked=parked[p],
+                max_held_records=self.settings.max_held_records,
+            )
+        return states

@@ -47,10 +47,6 @@ class RelaySettings:
             10,000.
         max_queued_ops: op records read ahead per partition while the first waits; reading the
             op partition pauses beyond it. Defaults to 20,000.
-        decided_memory: decided transactions remembered per partition, to recognise repeated
-            ops and re-read half records. Defaults to 200,000.
-        dedup_window_s: on (re)assignment, decisions of this trailing window are re-learnt
-            from the op topic, so a late repeated op is still recognised. Defaults to 900 s.
         park_retry_s: a transaction whose real topic refused a write is retried after this.
             Defaults to 30 s.
         auto_create_topics: create a missing real topic instead of parking its transactions.
@@ -86,8 +82,6 @@ class RelaySettings:
     put_back_after_s: float = 300.0
     max_held_records: int = 10_000
     max_queued_ops: int = 20_000
-    decided_memory: int = 200_000
-    dedup_window_s: float = 900.0
     park_retry_s: float = 30.0
     auto_create_topics: bool = False
     auto_create_partitions: int = -1
@@ -112,7 +106,6 @@ class RelaySettings:
             "batch_max_records",
             "max_held_records",
             "max_queued_ops",
-            "decided_memory",
         ):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")

@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 from sqlalchemy.orm import Session, sessionmaker
 
 from checker import Checker
+from checker.rounds import with_records
 from checker.tracker import Pending
 from outbox import LocalTransactionState, MessageView, OutboxProducer, OutboxSettings
 from outbox.checks.listener import FunctionResolver
@@ -392,20 +393,19 @@ def test_a_resumed_transaction_held_in_part_fetches_its_other_copies_before_deci
     txn_id = new_transaction_id()
     copies = [HalfMessage("orders", f"{index}".encode(), b"k") for index in (0, 1)]
     offsets = write_halves(raw, half_topic, txn_id, dict(enumerate(copies)))
-    checker = Checker(checker_settings(kafka_bootstrap, outbox_settings.topic_prefix))
-    checker._fetcher = HalfFetcher(checker._config(), half_topic)  # what run() sets up
+    fetcher = HalfFetcher({"bootstrap.servers": kafka_bootstrap}, half_topic)
     entry = Pending(txn_id, "orders", 0, resumed_offsets=tuple(offsets))
     entry.records[1] = HalfRecord(
         txn_id, "orders", copies[1], 1, None, 0, 0, partition=0, offset=offsets[1]
     )
     try:
         assert why_incomplete(entry.records.values()) == "1 of its 2 messages is missing (index 0)"
-        checker._with_records(entry)
+        with_records(entry, fetcher)
         assert why_incomplete(entry.records.values()) is None
         assert entry.offsets == offsets
         assert entry.records[0].message.value == b"0"
     finally:
-        checker._fetcher.close()
+        fetcher.close()
 
 
 class _LostAck(RuntimeError):
@@ -489,7 +489,9 @@ def test_a_decision_the_op_topic_refuses_is_checked_again_and_written_once_it_is
     """An op the broker never took is no decision: before, the checker counted the transaction
     decided and never asked again while it ran, and the relay held its halves forever."""
     op_topic = outbox_settings.topics.op
-    set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "64")  # no op fits
+    # no op fits (200 bytes): its transaction markers (some 80 bytes) still must, or the broker
+    # cannot end the checker's Kafka transactions on the topic at all
+    set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "200")
     producer.serve_checks(engine=engine, secret=SECRET)
     producer.kafka.send_op = lambda op: False  # type: ignore[method-assign]
     with producer.transaction(session_factory) as txn:
@@ -522,7 +524,9 @@ def test_a_give_up_the_op_topic_refuses_is_repeated_without_copying_its_records_
     """Before, each repeated give-up wrote every dead-letter copy again and counted the
     transaction given up again."""
     prefix, op_topic = outbox_settings.topic_prefix, outbox_settings.topics.op
-    set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "64")  # no op fits
+    # no op fits (200 bytes): its transaction markers (some 80 bytes) still must, or the broker
+    # cannot end the checker's Kafka transactions on the topic at all
+    set_topic_config(kafka_bootstrap, op_topic, "max.message.bytes", "200")
     lost = orphaned(kafka_bootstrap, prefix, session_factory, b"first", b"second")
     checker = Checker(checker_settings(kafka_bootstrap, prefix, no_producer_timeout_s=2))
     running = Background(checker)

@@ -36,20 +36,34 @@ def test_first_check_is_due_a_timeout_after_the_broker_timestamp() -> None:
     assert [p.txn_id for p in tracker.due(7_000)] == [TXN]
 
 
-def test_a_decision_not_written_is_undecided_again_due_later_with_its_checks_and_records() -> None:
+def test_decisions_are_forgotten_once_older_than_the_floor_a_restart_reads_from() -> None:
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000, slack_ms=1_000)
+    other = "01a203d8-301f-7701-b6f4-468000000002"
+    tracker.decide(other, OpState.COMMIT, 0, ts_ms=5_000)  # read before its halves
+    tracker.add_half(half(0, broker_ms=10_000))  # pending: the floor is its first record
+    assert tracker.floor_ms(0) == 10_000 and tracker.half_floor(0, read_position=99) == 0
+    assert tracker.prune() == 1 and other not in tracker.decided
+    tracker.decide(TXN, OpState.COMMIT, 0, ts_ms=10_500)
+    # nothing pending: the floor is the last half read; a decision that young is kept
+    assert tracker.floor_ms(0) == 10_000 and tracker.half_floor(0, read_position=99) == 99
+    assert tracker.prune() == 0 and TXN in tracker.decided
+
+
+def test_a_copy_of_a_transaction_not_pending_here_makes_no_entry() -> None:
     tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+    tracker.add_half(replace(half(0, broker_ms=1_000), offset=70, origin_offset=3))
+    assert tracker.pending == {}
+
+
+def test_a_restored_check_count_goes_to_its_transaction_and_stale_ones_are_named() -> None:
+    from outbox.protocol.state import CheckCount
+
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+    stale = "01a203d8-301f-7701-b6f4-468000000009"
+    tracker.restored = {TXN: (0, CheckCount(4, 123)), stale: (0, CheckCount(1))}
     tracker.add_half(half(0, broker_ms=1_000))
-    [entry] = tracker.due(7_000)
-    tracker.unknown(entry, 7_000)
-    assert tracker.decide(TXN, OpState.COMMIT) is entry
-    tracker.undecide(entry, due_ms=40_000)
-    assert tracker.pending == {TXN: entry} and TXN not in tracker.decided
-    assert tracker.due(39_999) == [] and tracker.due(40_000) == [entry]
-    assert entry.checks == 1 and list(entry.records) == [0]
-    # and a later op for it is a first decision again, not a duplicate
-    tracker.add_half(half(1, broker_ms=2_000))
-    assert tracker.decide(TXN, OpState.COMMIT) is entry and tracker.duplicates == 0
-    assert list(entry.records) == [0, 1]
+    assert (tracker.pending[TXN].checks, tracker.pending[TXN].unreachable_since_ms) == (4, 123)
+    assert tracker.stale_counts(0) == [stale] and tracker.restored == {}
 
 
 def test_check_immunity_delays_the_first_check() -> None:
@@ -73,10 +87,11 @@ def test_unknown_answers_count_and_reschedule_but_unreachable_ones_do_not_count(
 def test_first_terminal_op_wins_and_later_ones_are_counted() -> None:
     tracker = Tracker(timeout_ms=0, interval_ms=1)
     tracker.add_half(half(0, broker_ms=0))
-    assert tracker.decide(TXN, OpState.COMMIT) is not None
-    assert tracker.decide(TXN, OpState.COMMIT) is None
-    assert tracker.decide(TXN, OpState.ROLLBACK) is None
-    assert (tracker.decided[TXN], tracker.duplicates, tracker.conflicts) == (OpState.COMMIT, 1, 1)
+    assert tracker.decide(TXN, OpState.COMMIT, 0, 1) is not None
+    assert tracker.decide(TXN, OpState.COMMIT, 0, 2) is None
+    assert tracker.decide(TXN, OpState.ROLLBACK, 0, 3) is None
+    decided = tracker.decided[TXN].state
+    assert (decided, tracker.duplicates, tracker.conflicts) == (OpState.COMMIT, 1, 1)
     tracker.add_half(half(1, broker_ms=0))  # a half read again after its decision
     assert tracker.pending == {}
 
@@ -133,7 +148,7 @@ def test_copies_of_a_half_record_add_nothing_and_ops_name_the_original_offsets()
 def test_a_resumed_transaction_is_checked_again_from_a_count_of_zero() -> None:
     tracker = Tracker(timeout_ms=6_000, interval_ms=30_000)
     tracker.add_half(half(0, broker_ms=0))
-    tracker.decide(TXN, OpState.GIVEN_UP)
+    tracker.decide(TXN, OpState.GIVEN_UP, 0, 1)
     assert TXN not in tracker.pending
     tracker.resume(TXN, "g", 0, (9,), at_ms=100_000)
     entry = tracker.pending[TXN]
@@ -141,5 +156,5 @@ def test_a_resumed_transaction_is_checked_again_from_a_count_of_zero() -> None:
     tracker.add_half(replace(half(0, broker_ms=100_000), offset=9, origin_offset=0))
     assert entry.offsets == [0]
     # and its next terminal op decides it, with no conflict counted
-    tracker.decide(TXN, OpState.COMMIT)
+    tracker.decide(TXN, OpState.COMMIT, 0, 2)
     assert tracker.conflicts == 0 and TXN not in tracker.pending

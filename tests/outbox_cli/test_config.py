@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tomllib
 from pathlib import Path
 
@@ -86,3 +87,29 @@ def test_config_names_the_file_the_section_and_the_unknown_key(cli: Cli, tmp_pat
     missing = cli("--config", str(tmp_path / "absent.toml"), "config", "--service", "relay")
     assert missing.code == 2
     assert "absent.toml' cannot be read" in missing.err
+
+
+def test_config_knows_the_topic_retentions_and_refuses_an_op_retention_below_the_half_one(
+    cli: Cli,
+) -> None:
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": "k:9092",
+        "OUTBOX_PRODUCER_GROUP": "orders",
+        "OUTBOX_HALF_RETENTION_MS": "259200000",
+        "OUTBOX_OP_RETENTION_MS": "864000000",
+    }
+    result = cli("config", "--service", "producer", env=env)
+    assert result.code == 0, result.err
+    assert "is not a setting" not in result.err
+    assert re.search(
+        r"^op_retention_ms = 864000000 +# env OUTBOX_OP_RETENTION_MS$", result.out, re.M
+    )
+    assert re.search(
+        r"^half_retention_ms = 259200000 +# env OUTBOX_HALF_RETENTION_MS$", result.out, re.M
+    )
+    # Op records kept for less than the half records they decide: refused, naming the fix
+    shorter = cli("config", "--service", "producer", env={**env, "OUTBOX_OP_RETENTION_MS": "1000"})
+    assert shorter.code == 2
+    assert "set OUTBOX_OP_RETENTION_MS (now 1000) to at least OUTBOX_HALF_RETENTION_MS" in (
+        shorter.err
+    )

@@ -36,7 +36,7 @@ def test_the_doc_lists_every_command_and_exit_code() -> None:
 def test_the_metrics_the_readme_tells_to_alert_on_exist() -> None:
     from dataclasses import fields
 
-    from checker.checker import CheckerStats
+    from checker.plan import CheckerStats
 
     root = Path(__file__).resolve().parents[2]
     readme = (root / "README.md").read_text()

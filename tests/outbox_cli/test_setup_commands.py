@@ -47,10 +47,15 @@ def test_topics_ensure_refuses_an_op_topic_that_is_not_compacted(
         "OUTBOX_TOPIC_PREFIX": names.prefix,
         "OUTBOX_PARTITIONS": "2",
     }
-    # Then ensure says so and exits 1, naming the topic and both policies
+    # Then ensure says so and exits 1, naming the topic, both policies and the fix
     refused = cli("topics", "ensure", env=env)
     assert refused.code == 1
-    assert f"{names.op} has cleanup.policy=delete, expected compact" in refused.err
+    assert f"{names.op} has cleanup.policy=delete, expected compact,delete" in refused.err
+    assert (
+        f"fix: kafka-configs.sh --bootstrap-server {kafka_bootstrap} --alter --entity-type topics "
+        f"--entity-name {names.op} --add-config "
+        "'cleanup.policy=[compact,delete],retention.ms=1209600000'"
+    ) in refused.err
 
 
 def test_topics_ensure_exits_3_when_the_broker_is_unreachable(cli: Cli, unused_port: int) -> None:

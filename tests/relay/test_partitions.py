@@ -9,6 +9,7 @@ import pytest
 
 from outbox.protocol import OpState
 from relay import RelaySettings
+from relay.flow_control import FlowControl
 from tests.kafka_helpers import create_topic, set_topic_config, unique
 from tests.relay.harness import wait_for
 from tests.relay.test_relay import RelayThread, Stream, delivered, expected, read_topic
@@ -29,14 +30,17 @@ def group_on_fresh_topics(bootstrap: str, prefix: str) -> tuple[Stream, RelaySet
     return stream, settings
 
 
-def relay_on(stream: Stream, **settings: Any) -> RelayThread:
+def relay_on(
+    stream: Stream, *, flow_control: FlowControl | None = None, **settings: Any
+) -> RelayThread:
     """A running relay on ``stream``'s topics, in a group of its own unless ``group_id``."""
     return RelayThread(
         RelaySettings(
             bootstrap_servers=stream.settings.bootstrap_servers,
             topic_prefix=stream.settings.topic_prefix,
             **{"group_id": unique("relay"), **settings},
-        )
+        ),
+        flow_control=flow_control,
     )
 
 

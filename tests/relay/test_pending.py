@@ -197,7 +197,7 @@ def test_a_pending_half_whose_put_back_copy_is_refused_stays_in_place_and_others
     set_topic_config(kafka_bootstrap, half_topic, "max.message.bytes", "100000")
     relay = halves.relay(group, put_back_after_s=1)
     try:
-        wait_for(lambda: big in relay.relay._unmovable, 30, "the refused put-back")
+        wait_for(lambda: big in relay.relay.writer.unmovable, 30, "the refused put-back")
         # When others are committed after it, on every partition
         later = halves.write(60)
         halves.commit(later)

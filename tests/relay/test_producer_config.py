@@ -4,23 +4,22 @@ from __future__ import annotations
 
 from confluent_kafka import Producer
 
-from relay import Relay, RelaySettings
+from relay import RelaySettings
+from relay.clients import producer_config
 
 
-def relay(**kafka: object) -> Relay:
-    return Relay(
-        RelaySettings(bootstrap_servers="unused:9092", topic_prefix="__outbox", kafka=kafka)
-    )
+def settings(**kafka: object) -> RelaySettings:
+    return RelaySettings(bootstrap_servers="unused:9092", topic_prefix="__outbox", kafka=kafka)
 
 
 def test_transactions_retry_a_concurrent_commit_after_10_ms_not_librdkafkas_100() -> None:
-    config = relay()._producer_config()
+    config = producer_config(settings())
     assert config["retry.backoff.ms"] == 10
     Producer(config).flush(0)  # librdkafka accepts every name and value
 
 
 def test_a_users_kafka_settings_override_the_back_off_but_not_the_transactional_id() -> None:
-    overridden = relay(**{"retry.backoff.ms": 50, "transactional.id": "mine"})
-    config = overridden._producer_config()
+    overridden = settings(**{"retry.backoff.ms": 50, "transactional.id": "mine"})
+    config = producer_config(overridden)
     assert config["retry.backoff.ms"] == 50
-    assert config["transactional.id"] == overridden.settings.transactional_id
+    assert config["transactional.id"] == overridden.transactional_id

@@ -3,26 +3,21 @@ decision needs no broker (the integration test is in test_partitions.py)."""
 
 from __future__ import annotations
 
-from relay import Relay, RelaySettings
-from relay.state import PartitionState, Progress
-
-
-def relay_with(committed_now: dict[int, tuple[int, int, str]]) -> Relay:
-    relay = Relay(RelaySettings(bootstrap_servers="127.0.0.1:1"))  # never connects here
-    relay._committed = dict(committed_now)
-    return relay
+from relay.partitions import Partitions
+from relay.progress import Progress
+from relay.state import PartitionState
+from tests.relay.test_committed_progress import rebalance_on
 
 
 def test_a_partition_is_kept_only_when_its_committed_progress_is_still_this_instances() -> None:
     ours = (10, 7, '{"v":1,"l":7,"parked":[]}')
     states = {p: PartitionState(p) for p in range(4)}
-    relay = relay_with(
-        {
-            0: ours,  # nothing committed since this instance let it go: kept
-            1: (12, 9, '{"v":1,"l":9,"parked":[]}'),  # another member committed: rebuilt
-            3: ours,  # this instance never committed it: rebuilt
-        }
-    )
+    partitions = Partitions()
+    partitions.committed = {
+        0: ours,  # nothing committed since this instance let it go: kept
+        1: (12, 9, '{"v":1,"l":9,"parked":[]}'),  # another member committed: rebuilt
+        3: ours,  # this instance never committed it: rebuilt
+    }
     retained = {
         0: (states[0], ours),
         1: (states[1], ours),
@@ -31,10 +26,10 @@ def test_a_partition_is_kept_only_when_its_committed_progress_is_still_this_inst
     }
     progress = {p: Progress() for p in (0, 1, 3)}  # 2 went to another member
 
-    kept = relay._kept(retained, progress)
+    kept = rebalance_on(partitions).kept(retained, progress)
 
     assert kept == {0: states[0]}
-    assert relay.states == {0: states[0]}
+    assert partitions.states == {0: states[0]}
 
 
 def test_a_kept_partition_is_read_on_from_where_this_instance_stopped() -> None:

@@ -27,6 +27,8 @@ from outbox.protocol import (
 )
 from outbox.protocol.dead_letter import DeadLetterHeader
 from relay import Relay, RelaySettings
+from relay.flow_control import FlowControl
+from relay.rebalance import Rebalance
 from tests.kafka_helpers import create_topic, set_topic_config, unique, watermarks
 
 pytestmark = pytest.mark.integration
@@ -169,8 +171,8 @@ def expected(stream: Stream) -> set[tuple[str, int]]:
 
 
 class RelayThread:
-    def __init__(self, settings: RelaySettings) -> None:
-        self.relay = Relay(settings)
+    def __init__(self, settings: RelaySettings, *, flow_control: FlowControl | None = None) -> None:
+        self.relay = Relay(settings, flow_control=flow_control)
         self.thread = threading.Thread(target=self.relay.run, daemon=True)
         self.thread.start()
 
@@ -398,10 +400,10 @@ def test_a_failure_while_taking_assigned_partitions_restarts_the_session(
 ) -> None:
     """A broker restart can fail the committed-offsets fetch inside the assignment callback
     (NOT_COORDINATOR); raised from there, it once killed the relay process."""
-    real_progress = Relay._progress
+    real_progress = Rebalance.read_progress
     failures = []
 
-    def fail_once(self: Relay, consumer: Consumer, numbers: list[int]) -> object:
+    def fail_once(self: Rebalance, consumer: Consumer, numbers: list[int]) -> object:
         if not failures:
             failures.append(1)
             # raised by librdkafka's own call, as it was then (a Python-made exception
@@ -409,7 +411,7 @@ def test_a_failure_while_taking_assigned_partitions_restarts_the_session(
             consumer.committed([TopicPartition(self.names.half, n) for n in numbers], 1e-6)
         return real_progress(self, consumer, numbers)
 
-    monkeypatch.setattr(Relay, "_progress", fail_once)
+    monkeypatch.setattr(Rebalance, "read_progress", fail_once)
     # Given a relay whose first assignment fails
     running = RelayThread(replace(relay_settings, retry_backoff_s=0.2))
     try:

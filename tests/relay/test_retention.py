@@ -6,6 +6,8 @@ must say which transaction it cost and go on, not wait for records that can neve
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -62,7 +64,7 @@ def test_a_commit_whose_halves_retention_removed_is_dead_lettered_and_the_relay_
         wait_for(lambda: read_topic(kafka_bootstrap, topics.dead_letter), timeout=30)
         [letter] = read_topic(kafka_bootstrap, topics.dead_letter)
         reason = dict(letter.headers())[DeadLetterHeader.REASON].decode()
-        assert gone.txn_id in reason and "not found (retention?)" in reason
+        assert gone.txn_id in reason and "removed by retention" in reason
         # and the later transaction is delivered, once; nothing of the lost one is invented
         wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
         seen = delivered(kafka_bootstrap, stream)
@@ -80,3 +82,56 @@ def test_a_commit_whose_halves_retention_removed_is_dead_lettered_and_the_relay_
         )
     finally:
         relay.stop()
+
+
+def test_the_relay_goes_on_from_the_op_log_start_when_retention_removed_ops_it_had_not_read(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-op-retention"))
+    topics = stream.settings.topics
+    group = unique("relay")
+
+    def committed_op(partition: int) -> int:
+        return committed_offset(kafka_bootstrap, group, topics.op, partition)
+
+    # Given a relay that delivered a transaction, committed its progress and stopped
+    [first] = stream.write_halves([(b"k", 1, OpState.COMMIT)])
+    stream.write_ops([first])
+    relay = relay_on(stream, group_id=group)
+    try:
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream))
+        op_end = end_of(kafka_bootstrap, topics.op, first.partition)
+        wait_for(lambda: committed_op(first.partition) >= op_end, timeout=30)
+    finally:
+        relay.stop()
+    # and, while it was stopped for longer than the op topic's retention, a COMMIT that
+    # retention removed unread (the op topic is compact,delete: delete_records works on it)
+    [lost] = stream.write_halves([(b"k", 2, OpState.COMMIT)])
+    stream.write_ops([lost])
+    stream.committed.pop(lost.txn_id)  # its decision is gone: the checker decides it again
+    log_start = remove_up_to_the_end(kafka_bootstrap, topics.op, lost.partition)
+    assert log_start > committed_op(lost.partition)
+    # and a transaction decided after that
+    [later] = stream.write_halves([(b"k", 1, OpState.COMMIT)])
+    stream.write_ops([later])
+    # When the relay starts again from its committed op offset, below the log start
+    with caplog.at_level(logging.ERROR, logger="relay"):
+        relay = relay_on(stream, group_id=group)
+        try:
+            # Then the later transaction is delivered, once, and nothing of the lost one
+            wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60)
+            seen = delivered(kafka_bootstrap, stream)
+            assert set(seen) == expected(stream) and max(seen.values()) == 1
+            assert later.txn_id in {txn for txn, _ in seen}
+            # and its committed op progress moves past the removed ops
+            op_end = end_of(kafka_bootstrap, topics.op, lost.partition)
+            wait_for(lambda: committed_op(lost.partition) >= op_end, timeout=30)
+        finally:
+            relay.stop()
+    # and it said which ops retention removed before it read them
+    removed = f"{topics.op}[{lost.partition}]: ops at offsets"
+    assert any(
+        removed in r.getMessage() and "removed by retention" in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR
+    ), [r.getMessage() for r in caplog.records]

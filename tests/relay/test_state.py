@@ -5,21 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from outbox.protocol import DecidedBy, HalfMessage, HalfRecord, OpRecord, OpState
-from relay.rebuild import apply_history
-from relay.state import (
-    BadRecord,
-    Batch,
-    Drop,
-    Need,
-    PartitionState,
-    Progress,
-    Promotable,
-    Promote,
-    PutBack,
-    Reject,
-)
+from relay.actions import BadRecord, Batch, Drop, Need, Promote, PutBack, Reject, Remember
+from relay.progress import Progress
+from relay.rebuild import apply_history, restore
+from relay.state import PartitionState, Promotable
 
-TXN = ["01a203d8-301f-7701-b6f4-46800000000" + str(i) for i in range(10)]
+TXN = [f"01a203d8-301f-7701-b6f4-{468000000000 + i}" for i in range(1000)]
 HOUR_MS = 3_600_000
 
 
@@ -145,8 +136,8 @@ def test_committed_half_offset_never_passes_an_undecided_half() -> None:
 
 
 def test_halves_of_transactions_decided_before_a_restart_are_not_pending() -> None:
-    state = PartitionState(0, half_position=0, op_position=3)
-    apply_history(state, [op(0, OpState.COMMIT, (0,), at=0)], parked=())
+    progress = Progress(half_offset=0, op_offset=3, rebuild_from=0)
+    state = restore(progress, [op(0, OpState.COMMIT, (0,), at=0)], partition=0, log_end=2)
     state.add_half(half(0, 0))
     state.add_half(half(1, 1))
     assert state.pending_records == 1
@@ -162,26 +153,41 @@ def test_repeated_and_conflicting_ops_are_counted_and_ignored() -> None:
     state.add_op(2, op(0, OpState.ROLLBACK, (0,), at=2))
     batch = take(state)
     assert kinds(batch) == [Promote]
-    assert (state.counters.duplicates, state.counters.conflicts) == (1, 1)
+    # the reader had passed the partition's end: nothing remembered, repeats told by position
+    assert state.counters.repeats == 2 and not state.decided
     assert (batch.half_offset, batch.op_offset) == (1, 3)
 
 
-def test_a_commit_whose_halves_are_not_in_memory_is_fetched_by_offset() -> None:
-    # Given a restarted relay: the halves lie before the committed half offset
-    state = PartitionState(0, half_position=5, op_position=0)
+def test_while_the_reader_lags_a_repeat_is_told_a_duplicate_or_a_conflict() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0))
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1))
+    state.add_op(2, op(0, OpState.ROLLBACK, (0,), at=2))
+    batch = state.take(0, put_back_after_ms=HOUR_MS, log_end=50)
+    assert isinstance(batch, Batch) and kinds(batch) == [Promote]
+    assert (state.counters.duplicates, state.counters.conflicts) == (1, 1)
+    for offset in range(1, 50):  # the reader reaches the end known at the decision
+        state.add_half(half(1, offset))
+    state.take(0, put_back_after_ms=HOUR_MS, log_end=50)
+    assert not state.decided
+
+
+def test_a_commit_for_halves_before_the_committed_half_offset_is_a_repeat() -> None:
+    """The committed half offset never passes a pending record: a restarted relay given a
+    COMMIT naming records before it, for a transaction it does not find pending, is given
+    a transaction decided before. Nothing is fetched, nothing promoted again."""
+    state = restore(Progress(half_offset=5, op_offset=0), [], partition=0, log_end=5)
     state.add_op(0, op(0, OpState.COMMIT, (1, 2), at=0))
-    asked: list[tuple[int, ...]] = []
 
     def fetch(offsets: tuple[int, ...]) -> list[HalfRecord]:
-        asked.append(offsets)
-        return [half(0, 1, index=0), half(0, 2, index=1)]
+        raise AssertionError(f"fetched {offsets}")
 
     batch = take(state, fetch=fetch, verified_end=10)
-    assert asked == [(1, 2)]
-    assert kinds(batch) == [Promote]
+    assert batch.actions == [] and batch.op_offset == 1 and state.counters.repeats == 1
 
 
-def test_a_commit_whose_halves_are_gone_is_rejected_and_the_relay_goes_on() -> None:
+def test_a_commit_naming_an_undecodable_half_is_not_promoted_and_the_relay_goes_on() -> None:
     state = PartitionState(0)
     state.add_bad(  # e.g. an undecodable record at offset 0
         BadRecord("__outbox-half", 0, 0, None, b"junk", (), "bad"), half=True
@@ -190,7 +196,9 @@ def test_a_commit_whose_halves_are_gone_is_rejected_and_the_relay_goes_on() -> N
     state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
     state.add_op(1, op(1, OpState.COMMIT, (1,), at=1))
     batch = take(state, fetch=lambda offsets: None)
-    assert kinds(batch) == [BadRecord, Reject, Promote]
+    # the undecodable record is dead-lettered with its reason; its transaction was never
+    # pending, so its COMMIT counts as a repeat
+    assert kinds(batch) == [BadRecord, Promote] and state.counters.repeats == 1
 
 
 def test_an_op_naming_offsets_past_the_end_of_the_partition_is_rejected() -> None:
@@ -242,8 +250,9 @@ def test_a_parked_commit_naming_part_of_its_transaction_is_rejected_when_retried
     apply_history(state, [op(0, OpState.COMMIT, (0,), at=0)], [TXN[0]])
     state.add_half(half(0, 0, 0, count=2))
     state.add_half(half(0, 1, 1, count=2))
-    [reject] = take(state).actions
+    reject, forget = take(state).actions
     assert isinstance(reject, Reject) and "carries a message count of 2" in reject.reason
+    assert forget == Remember(TXN[0], None)
     assert not state.parked and state.counters.rejected == 1
 
 
@@ -324,18 +333,28 @@ def test_a_commit_for_a_missing_topic_is_parked_without_blocking_later_ones() ->
         return None if o.txn_id == TXN[1] else "topic orders does not exist"
 
     batch = take(state, promotable=only_txn_1)
-    assert [a.op.txn_id for a in batch.actions] == [TXN[1]]  # type: ignore[union-attr]
+    parked = op(0, OpState.COMMIT, (0,), at=0)
+    assert [a.op.txn_id for a in batch.actions if isinstance(a, Promote)] == [TXN[1]]
     assert batch.op_offset == 2 and batch.half_offset == 0  # its halves stay pending
+    assert [a for a in batch.actions if isinstance(a, Remember)] == [Remember(TXN[0], parked)]
     progress = Progress.parse(batch.half_offset, batch.op_offset, batch.metadata)
-    assert progress.parked == (TXN[0],) and progress.rebuild_from == 0
-    # After a restart it is parked again, not taken as decided
-    rebuilt = PartitionState(0, half_position=0, op_position=2)
-    apply_history(rebuilt, [op(0, OpState.COMMIT, (0,), at=0)], progress.parked)
+    assert progress.rebuild_from == 0 and "parked" not in batch.metadata
+    # After a restart it is parked again (from the state topic), not taken as decided
+    rebuilt = restore(progress, [parked], partition=0, log_end=2, parked={TXN[0]: parked})
     rebuilt.add_half(half(0, 0))
     rebuilt.add_half(half(1, 1))
     assert TXN[0] in rebuilt.parked and TXN[0] not in rebuilt.decided
-    [promote] = take(rebuilt).actions
+    promote, forget = take(rebuilt).actions
     assert isinstance(promote, Promote) and promote.op.txn_id == TXN[0]
+    assert forget == Remember(TXN[0], None)
+
+
+def test_a_parked_commit_of_an_older_relay_is_parked_again_from_the_op_history() -> None:
+    """Version 1 progress metadata named the parked ids; the ops come from the history."""
+    legacy = Progress.parse(0, 2, f'{{"v":1,"l":0,"parked":["{TXN[0]}"]}}')
+    assert legacy.legacy_parked == (TXN[0],)
+    rebuilt = restore(legacy, [op(0, OpState.COMMIT, (0,), at=0)], partition=0, log_end=2)
+    assert TXN[0] in rebuilt.parked and TXN[0] not in rebuilt.decided
 
 
 def test_a_resumed_transaction_is_undecided_again_and_promoted_on_its_next_commit() -> None:
@@ -354,15 +373,70 @@ def test_a_resumed_transaction_is_undecided_again_and_promoted_on_its_next_commi
 
 
 def test_progress_metadata_round_trips_and_foreign_metadata_means_no_history() -> None:
-    progress = Progress(10, 20, 5, (TXN[0],))
-    assert Progress.parse(10, 20, progress.metadata()) == progress
-    assert Progress.parse(10, 20, "set by another tool") == Progress(10, 20, 20, ())
-    assert Progress.parse(10, 20, None) == Progress(10, 20, 20, ())
+    for progress in (Progress(10, 20, 5), Progress(10, 20, 5, gap=(3, 8))):
+        assert Progress.parse(10, 20, progress.metadata()) == progress
+    assert Progress.parse(10, 20, "set by another tool") == Progress(10, 20, 20)
+    assert Progress.parse(10, 20, None) == Progress(10, 20, 20)
+
+
+def test_progress_metadata_has_a_constant_size_however_many_are_parked() -> None:
+    """The broker refuses commit metadata over offset.metadata.max.bytes (4096 by default)."""
+    state = PartitionState(0)
+    for i in range(1000):
+        state.add_half(half(i, i))
+        state.add_op(i, op(i, OpState.COMMIT, (i,), at=i))
+    batch = take(state, promotable=lambda o, r: "topic orders does not exist")
+    assert len(state.parked) == 1000
+    assert sum(isinstance(a, Remember) for a in batch.actions) == 1000
+    assert len(batch.metadata) < 100
+
+
+def test_a_commit_repeated_after_its_decision_is_forgotten_is_counted_never_promoted() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0))
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    assert kinds(take(state)) == [Promote]
+    assert not state.decided  # nothing remembered: the position tells
+    for i in range(1, 200):
+        state.add_half(half(i, i))
+        state.add_op(i, op(i, OpState.COMMIT, (i,), at=i))
+    take(state)
+    state.add_op(200, op(0, OpState.COMMIT, (0,), at=200))  # a late repeat
+    state.add_op(201, op(0, OpState.ROLLBACK, (0,), at=201))  # and a conflicting one
+    batch = take(state)
+    assert batch.actions == [] and batch.op_offset == 202
+    assert state.counters.repeats == 2 and state.counters.promoted == 200
+
+
+def test_after_a_restart_a_repeat_waits_for_copies_an_earlier_life_put_back() -> None:
+    """Txn 0 was put back (its copy at offset 6) and the committed half offset moved past its
+    original; after the restart its COMMIT, naming the original, must wait for the copy."""
+    progress = Progress(half_offset=5, op_offset=0, rebuild_from=0)
+    state = restore(progress, [], partition=0, log_end=8)
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    state.add_op(1, op(1, OpState.COMMIT, (1,), at=1))  # decided long ago: a repeat
+    state.add_half(half(2, 5))
+    assert take(state).actions == []  # the reader is not past the end it had at the restart
+    state.add_half(half(0, 6, origin=0))
+    state.add_half(half(2, 7))
+    batch = take(state)
+    [promote] = batch.actions
+    assert isinstance(promote, Promote) and promote.records[0].offset == 6
+    assert state.counters.repeats == 1 and not state.decided
+
+
+def test_a_commit_naming_records_lost_to_retention_unread_is_rejected() -> None:
+    state = restore(Progress(5, 0, 0, gap=(0, 5)), [], partition=0, log_end=5)
+    state.add_op(0, op(0, OpState.COMMIT, (2,), at=0))
+    [reject] = take(state).actions
+    assert isinstance(reject, Reject) and "removed by retention" in reject.reason
+    assert Progress.parse(5, 1, take(state).metadata).gap == (0, 5)
 
 
 def test_need_is_answered_before_anything_decided_earlier_is_lost() -> None:
-    state = PartitionState(0, half_position=3)
-    state.add_half(half(1, 3))
+    state = PartitionState(0, max_held_records=1)
+    state.add_half(half(0, 0))
+    state.add_half(half(1, 3))  # txn 0's value is dropped: over the memory cap
     state.add_op(0, op(1, OpState.COMMIT, (3,), at=0))
     state.add_op(1, op(0, OpState.COMMIT, (0,), at=1))  # halves not in memory
     first = state.take(0, put_back_after_ms=HOUR_MS)

@@ -5,7 +5,7 @@ exactly once, in the order of the COMMIT ops, and leaves nothing pending once al
 The model is one partition pair. The half and op "logs" are lists; a relay batch is applied
 atomically (promotions, put-back copies and progress together), as a Kafka transaction is; a
 failed batch or a crash throws the relay's state away and rebuilds it from the committed
-progress, exactly as relay.relay does with relay.rebuild.
+progress, exactly as the relay does with relay.rebuild.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from outbox.protocol import DecidedBy, HalfMessage, HalfRecord, OpRecord, OpState
+from relay.actions import Batch, Promote, PutBack
+from relay.progress import Progress
 from relay.rebuild import restore
-from relay.state import Batch, PartitionState, Progress, Promote, PutBack
+from relay.state import PartitionState
 
 PUT_BACK_AFTER = 1_000
 
@@ -32,7 +34,6 @@ def txn_id(k: int) -> str:
 @dataclass
 class World:
     cap: int
-    window: bool  # the rebuild also re-learns all earlier decisions (the dedup window)
     half: list[HalfRecord] = field(default_factory=list)
     ops: list[OpRecord] = field(default_factory=list)
     out: list[tuple[str, int]] = field(default_factory=list)
@@ -134,10 +135,9 @@ class World:
 
     def restart(self) -> None:
         at = self.progress
-        start = 0 if self.window else at.rebuild_from
         self.state = restore(
             at,
-            self.ops[start : at.op_offset],
+            self.ops[at.rebuild_from : at.op_offset],
             partition=0,
             log_end=len(self.half),
             max_held_records=self.cap,
@@ -218,7 +218,7 @@ def check(world: World) -> None:
     assert promoted_order == committed
     for t in committed:
         assert [i for x, i in world.out if x == t] == sorted(i for x, i in world.out if x == t)
-    assert world.state.pending == {}, "nothing left pending once all is decided"
+    assert world.state.pending.entries == {}, "nothing left pending once all is decided"
     assert world.progress.half_offset == len(world.half)
     assert world.progress.op_offset == len(world.ops)
 
@@ -228,28 +228,15 @@ def check(world: World) -> None:
     steps=STEPS,
     final=st.lists(STATES, min_size=1, max_size=4),
     cap=st.integers(1, 6),
+    repeat_ops=st.booleans(),
 )
-def test_restarts_with_the_dedup_window_promote_every_committed_message_once(
-    steps: list[tuple], final: list[OpState], cap: int
+def test_restarts_and_repeated_ops_promote_every_committed_message_once(
+    steps: list[tuple], final: list[OpState], cap: int, repeat_ops: bool
 ) -> None:
-    world = World(cap=cap, window=True)
-    run(world, steps, final, repeat_ops=True)
-    check(world)
-
-
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    steps=STEPS,
-    final=st.lists(STATES, min_size=1, max_size=4),
-    cap=st.integers(1, 6),
-)
-def test_the_committed_rebuild_point_alone_keeps_re_read_halves_from_looking_pending(
-    steps: list[tuple], final: list[OpState], cap: int
-) -> None:
-    # Without the dedup window the rebuild re-learns decisions only from the committed
-    # rebuild point; with one op per transaction that must still be exact.
-    world = World(cap=cap, window=False)
-    run(world, steps, final, repeat_ops=False)
+    # The rebuild re-learns decisions only from the committed rebuild point, and remembers
+    # none once the reader has passed the end it had: repeats are told by position.
+    world = World(cap=cap)
+    run(world, steps, final, repeat_ops=repeat_ops)
     check(world)
 
 
@@ -278,15 +265,15 @@ def random_walk(rng: random.Random) -> list[tuple]:
 STATES_LIST = (OpState.COMMIT, OpState.COMMIT, OpState.ROLLBACK, OpState.GIVEN_UP)
 
 
-@pytest.mark.parametrize("window", [True, False], ids=["with-window", "rebuild-point-only"])
+@pytest.mark.parametrize("repeat_ops", [True, False], ids=["repeated-ops", "one-op-each"])
 def test_three_thousand_seeded_random_walks_promote_every_committed_message_once(
-    window: bool,
+    repeat_ops: bool,
 ) -> None:
     for seed in range(3000):
         rng = random.Random(seed)
         steps = random_walk(rng)
-        world = World(cap=rng.randint(1, 6), window=window)
-        run(world, steps, [rng.choice(STATES_LIST)], repeat_ops=window)
+        world = World(cap=rng.randint(1, 6))
+        run(world, steps, [rng.choice(STATES_LIST)], repeat_ops=repeat_ops)
         try:
             check(world)
         except AssertionError as err:

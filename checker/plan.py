@@ -1,0 +1,51 @@
+"""What one checker round writes, and what it counts once that is written."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from outbox.protocol.half import HalfRecord
+from outbox.protocol.op import OpRecord
+from outbox.protocol.state import CheckCount
+from outbox.protocol.states import OpState
+
+
+@dataclass
+class CheckerStats:
+    checks: int = 0
+    resolved_commit: int = 0
+    resolved_rollback: int = 0
+    unknown: int = 0
+    given_up: int = 0
+    incomplete: int = 0
+    unreachable: int = 0
+    breaker_trips: int = 0
+    write_failures: int = 0
+
+    def add(self, other: CheckerStats) -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass
+class RoundPlan:
+    """Records for one Kafka transaction, and the counters it adds when it commits."""
+
+    ops: list[OpRecord] = field(default_factory=list)
+    letters: list[tuple[HalfRecord, str]] = field(default_factory=list)
+    #: (partition, transaction id, its check count or None for a tombstone)
+    states: list[tuple[int, str, CheckCount | None]] = field(default_factory=list)
+    counted: CheckerStats = field(default_factory=CheckerStats)
+
+    def decision(self, op: OpRecord, *, incomplete: bool = False) -> None:
+        self.ops.append(op)
+        if op.state is OpState.COMMIT:
+            self.counted.resolved_commit += 1
+        elif op.state is OpState.ROLLBACK:
+            self.counted.resolved_rollback += 1
+        else:
+            self.counted.given_up += 1
+            self.counted.incomplete += incomplete
+
+    def __bool__(self) -> bool:
+        return bool(self.ops or self.letters or self.states)

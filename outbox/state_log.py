@@ -1,0 +1,98 @@
+"""Reading a service's state records back from the state topic (:mod:`outbox.protocol.state`).
+
+A relay or checker writes one record per pending transaction it must remember, in the Kafka
+transaction that makes it true, and a tombstone once it need not. On (re)assignment it reads its
+partitions of the topic to their ends: compaction keeps about one record per transaction still
+remembered (plus recent tombstones), so the read costs what is pending, not history.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+
+from outbox.errors import KafkaOperationError, ProtocolError
+from outbox.protocol.state import StateOwner, StateValue, decode_state
+from outbox.protocol.topics import TopicNames
+
+log = logging.getLogger("outbox.state")
+
+#: Seconds without a record before a read that has not reached a partition's end gives up.
+IDLE_LIMIT_S = 30
+
+
+def read_state(
+    config: dict[str, Any],
+    names: TopicNames,
+    owner: StateOwner,
+    group_id: str,
+    partitions: Iterable[int],
+) -> dict[str, tuple[int, StateValue]]:
+    """What ``owner``'s group ``group_id`` remembers for ``partitions``: txn id -> (partition,
+    latest value), tombstoned ones left out. ``config`` is the client configuration (bootstrap
+    servers, security).
+
+    Raises:
+        KafkaOperationError: a partition could not be read to its end.
+    """
+    reader = Consumer(
+        {
+            **config,
+            "group.id": f"{group_id}-state",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    found: dict[str, tuple[int, StateValue]] = {}
+    try:
+        todo = set()
+        assigned = []
+        for p in sorted(set(partitions)):
+            low, high = reader.get_watermark_offsets(TopicPartition(names.state, p), timeout=10)
+            if high > low:
+                todo.add(p)
+                assigned.append(TopicPartition(names.state, p, low))
+        reader.assign(assigned)
+        idle = 0
+        while todo:
+            msg = reader.poll(1.0)
+            if msg is None:
+                idle += 1
+                if idle > IDLE_LIMIT_S:
+                    raise KafkaOperationError(
+                        f"{names.state} partitions {sorted(todo)} not read to their end"
+                    )
+                continue
+            idle = 0
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    todo.discard(int(msg.partition() or 0))
+                    continue
+                raise KafkaOperationError(f"reading {names.state}: {error.str()}", error)
+            _apply(found, msg, owner, group_id)
+    finally:
+        reader.close()
+    return found
+
+
+def _apply(
+    found: dict[str, tuple[int, StateValue]], msg: Message, owner: StateOwner, group_id: str
+) -> None:
+    partition = int(msg.partition() or 0)
+    try:
+        key, value = decode_state(msg.key(), msg.value(), partition=partition)
+    except ProtocolError as err:
+        log.warning("unreadable state record at %s[%d]: %s", msg.topic(), partition, err)
+        return
+    if key.owner is not owner or key.group != group_id:
+        return
+    if value is None:
+        found.pop(key.txn_id, None)
+    else:
+        found[key.txn_id] = (partition, value)

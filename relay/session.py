@@ -1,0 +1,166 @@
+"""One relay session: a transactional producer and a consumer of the half and op topics, from
+``init_transactions`` (a new producer epoch, which fences the last session's) until the relay
+closes or the clients cannot go on (:class:`relay.restart.Restart`).
+
+The loop consumes, routes what it read into the partitions' states, keeps the op partitions'
+read-ahead bounded, and commits a batch - one Kafka transaction - whenever enough was read, the
+commit interval passed, or the relay caught up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from prometheus_client import Histogram
+
+from outbox.fetch import HalfFetcher
+from relay.accounting import Accounting
+from relay.batch import BatchCommitter
+from relay.clients import admin_config, base_config, consumer_config, producer_config
+from relay.flow_control import FlowControl
+from relay.health import Health
+from relay.log_ends import LogEnds
+from relay.op_retention import from_op_log_start
+from relay.partitions import Partitions
+from relay.rebalance import Rebalance
+from relay.rebuild import OpHistory, Rebuilder
+from relay.refusals import Refusals
+from relay.restart import Restart
+from relay.routing import Router
+from relay.settings import RelaySettings
+from relay.topic_cache import TopicCache
+from relay.writer import Writer
+
+log = logging.getLogger("relay")
+
+#: How often the loop measures its lag for ``/metrics``.
+LAG_EVERY_S = 2.0
+
+
+class Session:
+    """One session's Kafka clients and loop, over the relay's lasting parts."""
+
+    def __init__(
+        self,
+        settings: RelaySettings,
+        partitions: Partitions,
+        *,
+        closed: threading.Event,
+        writer: Writer,
+        refusals: Refusals,
+        ends: LogEnds,
+        flow_control: FlowControl,
+        accounting: Accounting,
+        health: Health,
+        commit_seconds: Histogram,
+    ) -> None:
+        self.settings = settings
+        self.names = settings.topics
+        self.partitions = partitions
+        self.closed = closed
+        self.writer = writer
+        self.refusals = refusals
+        self.ends = ends
+        self.flow_control = flow_control
+        self.accounting = accounting
+        self.health = health
+        self.commit_seconds = commit_seconds
+
+    def run(self) -> None:
+        """Until ``closed`` is set (the open batch is committed first) or the clients fail.
+
+        Raises:
+            Restart, KafkaException, OutboxError: the session cannot go on.
+        """
+        settings = self.settings
+        self.health.touch()
+        config = base_config(settings)
+        producer = Producer(producer_config(settings))
+        history = OpHistory(config, self.names.op)
+        fetcher = HalfFetcher(config, self.names.half)
+        topics = TopicCache(
+            admin_config(settings),
+            refresh_s=settings.topic_refresh_s,
+            auto_create=settings.auto_create_topics,
+            auto_create_partitions=settings.auto_create_partitions,
+        )
+        rebuilder = Rebuilder(history, settings, self.health.touch, config=config)
+        rebalance = Rebalance(
+            settings,
+            self.partitions,
+            rebuild=from_op_log_start(self.names.op, rebuilder.rebuild),
+            flow_control=self.flow_control,
+            ends=self.ends,
+            accounting=self.accounting,
+        )
+        consumer: Consumer | None = None
+        try:
+            producer.init_transactions(settings.transaction_timeout_s * 3)
+            self.health.touch()
+            consumer = Consumer(consumer_config(settings))
+            consumer.subscribe(
+                [self.names.half, self.names.op],
+                on_assign=rebalance.on_assign,
+                on_revoke=rebalance.on_revoke,
+                on_lost=rebalance.on_lost,
+            )
+            self.health.set_ready(True, "subscribed")
+            batches = BatchCommitter(
+                settings,
+                self.partitions,
+                producer=producer,
+                consumer=consumer,
+                fetcher=fetcher,
+                topics=topics,
+                writer=self.writer,
+                refusals=self.refusals,
+                ends=self.ends,
+                accounting=self.accounting,
+                health=self.health,
+                commit_seconds=self.commit_seconds,
+            )
+            self._loop(consumer, rebalance, Router(consumer, self.names, self.partitions), batches)
+        finally:
+            rebalance.close()
+            self.flow_control.clear()
+            if consumer is not None:
+                try:
+                    consumer.close()
+                except KafkaException as err:
+                    log.warning("consumer close: %s", err)
+            history.close()
+            fetcher.close()
+            # the producer's librdkafka handle goes with the object
+
+    def _loop(
+        self, consumer: Consumer, rebalance: Rebalance, router: Router, batches: BatchCommitter
+    ) -> None:
+        settings = self.settings
+        route = router.route
+        last = time.monotonic()
+        read = 0
+        while not self.closed.is_set():
+            self.health.touch()
+            messages = consumer.consume(settings.batch_max_records, settings.poll_timeout_s)
+            if rebalance.callback_error is not None:
+                err, rebalance.callback_error = rebalance.callback_error, None
+                raise Restart(f"cannot take the assigned partitions: {err}") from err
+            for msg in messages:
+                route(msg)
+            read += len(messages)
+            self.flow_control.update(consumer, self.partitions.states)
+            now = time.monotonic()
+            caught_up = read > 0 and len(messages) < settings.batch_max_records
+            if (
+                read >= settings.batch_max_records
+                or now - last >= settings.commit_interval_s
+                or (caught_up and settings.commit_when_caught_up)
+            ):
+                batches.commit()
+                last, read = time.monotonic(), 0
+            if now - self.accounting.lag_at >= LAG_EVERY_S:
+                self.accounting.measure_lag(consumer, now)
+        batches.commit(timeout=settings.shutdown_grace_s)
