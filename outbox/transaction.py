@@ -10,10 +10,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from outbox.errors import InvalidMessageError, NoActiveTransactionError
-from outbox.kafka_io import HalfBatch
+from outbox.kafka_io import HalfBatch, KafkaIO
 from outbox.message import Headers, Message, Serializer, build_half_message, message_headers
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.ids import new_transaction_id
@@ -24,9 +24,21 @@ from outbox.protocol.states import CheckBy, DecidedBy, LocalTransactionState, Op
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
-    from outbox.producer import OutboxProducer
+    from outbox.settings import OutboxSettings
 
 log = logging.getLogger("outbox")
+
+
+class TransactionHost(Protocol):
+    """What a transaction needs of the producer that opened it (:class:`outbox.OutboxProducer`):
+    named here so this module does not import the producer, which imports it."""
+
+    settings: OutboxSettings
+    serializer: Serializer | None
+    kafka: KafkaIO
+
+    @property
+    def partitions(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -42,7 +54,7 @@ class OutboxTransaction:
 
     def __init__(
         self,
-        producer: OutboxProducer,
+        producer: TransactionHost,
         *,
         on_sent: Callable[[OutboxTransaction, bool], None] | None = None,
         check_immunity_s: int | None = None,
