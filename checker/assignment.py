@@ -107,15 +107,20 @@ def _offsets_for_times(
 
 
 def restore_counts(
-    config: dict[str, Any], names: TopicNames, group_id: str, partitions: Iterable[int]
+    config: dict[str, Any],
+    names: TopicNames,
+    group_id: str,
+    partitions: Iterable[int],
+    *,
+    client: Consumer,
 ) -> dict[str, tuple[int, CheckCount]]:
     """The check counts this checker group keeps on the state topic for ``partitions``:
-    txn id -> (partition, count).
+    txn id -> (partition, count). ``client`` tells where the state partitions end.
 
     Raises:
         KafkaOperationError: a partition could not be read to its end.
     """
-    found = read_state(config, names, StateOwner.CHECKER, group_id, partitions)
+    found = read_state(config, names, StateOwner.CHECKER, group_id, partitions, client=client)
     return {
         txn: (partition, value)
         for txn, (partition, value) in found.items()

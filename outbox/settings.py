@@ -20,6 +20,16 @@ from outbox.protocol.topics import (
 )
 
 ENV_PREFIX = "OUTBOX_"
+#: Shared variables a settings object falls back on when its own is absent (none: these are
+#: the producers' own). Each settings module names its ``ENV_PREFIX`` and ``FALLBACKS``; the
+#: command line reads them from there.
+FALLBACKS: dict[str, str] = {}
+
+
+def variable(field_name: str) -> str:
+    """The producers' environment variable for the setting ``field_name``; the services fall back
+    on the same one (one Kafka cluster and one topic prefix for producers and services)."""
+    return ENV_PREFIX + field_name.upper()
 
 
 @dataclass(frozen=True, kw_only=True)

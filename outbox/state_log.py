@@ -30,14 +30,29 @@ def read_state(
     owner: StateOwner,
     group_id: str,
     partitions: Iterable[int],
+    *,
+    client: Consumer,
 ) -> dict[str, tuple[int, StateValue]]:
     """What ``owner``'s group ``group_id`` remembers for ``partitions``: txn id -> (partition,
     latest value), tombstoned ones left out. ``config`` is the client configuration (bootstrap
     servers, security).
 
+    ``client``, the caller's own consumer, tells where the partitions start and end: a reader
+    of its own is opened only when one of them holds a record (it costs a group-less client's
+    start-up, on every assignment, which a state topic with nothing to remember need not pay).
+
     Raises:
         KafkaOperationError: a partition could not be read to its end.
     """
+    starts: dict[int, int] = {}
+    for p in sorted(set(partitions)):
+        low, high = client.get_watermark_offsets(
+            TopicPartition(names.state, p), timeout=10, cached=False
+        )
+        if high > low:
+            starts[p] = int(low)
+    if not starts:
+        return {}
     reader = Consumer(
         {
             **config,
@@ -50,14 +65,8 @@ def read_state(
     )
     found: dict[str, tuple[int, StateValue]] = {}
     try:
-        todo = set()
-        assigned = []
-        for p in sorted(set(partitions)):
-            low, high = reader.get_watermark_offsets(TopicPartition(names.state, p), timeout=10)
-            if high > low:
-                todo.add(p)
-                assigned.append(TopicPartition(names.state, p, low))
-        reader.assign(assigned)
+        todo = set(starts)
+        reader.assign([TopicPartition(names.state, p, low) for p, low in starts.items()])
         idle = 0
         while todo:
             msg = reader.poll(1.0)

@@ -6,6 +6,7 @@ import datetime as dt
 from typing import TYPE_CHECKING
 
 from outbox.errors import KafkaOperationError
+from outbox.settings import variable
 from outbox_cli.errors import CommandError, UnreachableError, UsageError
 from outbox_cli.kafka import connection, probe
 from outbox_cli.settings import operator_settings
@@ -20,7 +21,9 @@ def ensure_topics(replication_factor: int, timeout: float) -> int:
 
     settings = operator_settings()
     probe(
-        connection(settings.bootstrap_servers, settings.kafka), timeout, "OUTBOX_BOOTSTRAP_SERVERS"
+        connection(settings.bootstrap_servers, settings.kafka),
+        timeout,
+        variable("bootstrap_servers"),
     )
     try:
         created = ensure(settings, replication_factor=replication_factor, timeout=timeout)

@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from outbox.protocol.topics import TopicNames
+from outbox.settings import variable
 from outbox_cli import admin, services
 from outbox_cli import config as config_cmd
 from outbox_cli import inspect as inspect_cmd
@@ -16,7 +17,7 @@ from outbox_cli.history import parse_txn_id
 from outbox_cli.kafka import Reader, connection, probe, require
 from outbox_cli.settings import SERVICES, available, operator_settings
 
-BOOTSTRAP = "OUTBOX_BOOTSTRAP_SERVERS"
+BOOTSTRAP = variable("bootstrap_servers")
 
 
 def topics(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from outbox_cli.settings import SERVICES
 
 def run_relay(timeout: float) -> int:
     settings = SERVICES["relay"].load()
-    _preflight(settings, timeout, "OUTBOX_RELAY_BOOTSTRAP_SERVERS or OUTBOX_BOOTSTRAP_SERVERS")
+    _preflight(settings, timeout, _bootstrap_variables("relay"))
     entry = _import("relay.__main__", "services")
     code: int = entry.run(settings)
     return code
@@ -29,10 +29,15 @@ def run_relay(timeout: float) -> int:
 
 def run_checker(timeout: float) -> int:
     settings = SERVICES["checker"].load()
-    _preflight(settings, timeout, "OUTBOX_CHECKER_BOOTSTRAP_SERVERS or OUTBOX_BOOTSTRAP_SERVERS")
+    _preflight(settings, timeout, _bootstrap_variables("checker"))
     entry = _import("checker.__main__", "services")
     code: int = entry.run(settings)
     return code
+
+
+def _bootstrap_variables(name: str) -> str:
+    service = SERVICES[name]
+    return f"{service.prefix}BOOTSTRAP_SERVERS or {service.fallbacks['bootstrap_servers']}"
 
 
 def _preflight(settings: Any, timeout: float, variable: str) -> None:

@@ -9,21 +9,21 @@ One typed settings object per service, each from its own env prefix and config-f
 - ``audit``: ``checker.audit.settings.AuditSettings``, ``OUTBOX_AUDIT_*``, ``[audit]`` (with the
   ``audit`` extra).
 
-``OUTBOX_BOOTSTRAP_SERVERS`` is shared: the services use it when their own variable is absent.
+``OUTBOX_BOOTSTRAP_SERVERS`` (and, for the relay and checker, ``OUTBOX_TOPIC_PREFIX``) is
+shared: the services use it when their own variable is absent.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from outbox.env import CONFIG_FILE_VARIABLE, KAFKA_FIELD, collect, from_env
 from outbox.settings import ENV_PREFIX, OutboxSettings
 from outbox_cli.errors import UsageError
 
-SHARED_BOOTSTRAP = "OUTBOX_BOOTSTRAP_SERVERS"
 #: The producer group the operator commands use when none is configured (they produce nothing
 #: in a group's name; ``resume`` keeps the transaction's own group).
 OPERATOR_GROUP = "kafka-outbox-cli"
@@ -33,24 +33,37 @@ NOT_SETTINGS_PREFIXES = ("OUTBOX_TEST_", "OUTBOX_CACHE_DIR")
 
 @dataclass(frozen=True)
 class Service:
-    """A settings object: its name (the file section), env prefix and class."""
+    """A settings object: its name (the file section) and class. Its env prefix and the shared
+    variables it falls back on are the settings module's ``ENV_PREFIX`` and ``FALLBACKS``,
+    defined there once."""
 
     name: str
-    prefix: str
     path: str  # "module:Class", imported on use
-    fallbacks: Mapping[str, str] = field(default_factory=dict)
     required: tuple[str, ...] = ("bootstrap_servers",)
     #: Part of an extra that may not be installed (``config`` and the name checks skip it).
     optional: bool = False
 
-    def cls(self) -> type[Any]:
-        module, _, name = self.path.partition(":")
+    @property
+    def prefix(self) -> str:
+        prefix: str = self._module().ENV_PREFIX
+        return prefix
+
+    @property
+    def fallbacks(self) -> Mapping[str, str]:
+        fallbacks: Mapping[str, str] = self._module().FALLBACKS
+        return fallbacks
+
+    def _module(self) -> Any:
+        module = self.path.partition(":")[0]
         try:
-            found: type[Any] = getattr(importlib.import_module(module), name)
+            return importlib.import_module(module)
         except ImportError as err:
             raise UsageError(
                 f"the {self.name} settings need {module} ({err}); install kafka-outbox[services]"
             ) from err
+
+    def cls(self) -> type[Any]:
+        found: type[Any] = getattr(self._module(), self.path.partition(":")[2])
         return found
 
     def load(self, env: Mapping[str, str] | None = None) -> Any:
@@ -76,28 +89,10 @@ class Service:
 
 
 SERVICES: dict[str, Service] = {
-    "producer": Service(
-        "producer", ENV_PREFIX, "outbox.settings:OutboxSettings", required=("bootstrap_servers",)
-    ),
-    "relay": Service(
-        "relay",
-        "OUTBOX_RELAY_",
-        "relay.settings:RelaySettings",
-        {"bootstrap_servers": SHARED_BOOTSTRAP},
-    ),
-    "checker": Service(
-        "checker",
-        "OUTBOX_CHECKER_",
-        "checker.settings:CheckerSettings",
-        {"bootstrap_servers": SHARED_BOOTSTRAP},
-    ),
-    "audit": Service(
-        "audit",
-        "OUTBOX_AUDIT_",
-        "checker.audit.settings:AuditSettings",
-        {"bootstrap_servers": SHARED_BOOTSTRAP},
-        optional=True,
-    ),
+    "producer": Service("producer", "outbox.settings:OutboxSettings"),
+    "relay": Service("relay", "relay.settings:RelaySettings"),
+    "checker": Service("checker", "checker.settings:CheckerSettings"),
+    "audit": Service("audit", "checker.audit.settings:AuditSettings", optional=True),
 }
 
 

@@ -19,9 +19,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from prometheus_client import Histogram
 
 from outbox.fetch import HalfFetcher
+from outbox.service_health import Health
 from relay.accounting import Accounting
 from relay.actions import Batch, Need
-from relay.health import Health
 from relay.log_ends import LogEnds
 from relay.partitions import Partitions
 from relay.refusals import Refusals, Topics

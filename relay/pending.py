@@ -147,7 +147,7 @@ class Pending:
         """The op's records with their values, from memory or a fetch; None if not found."""
         count = op.message_count
         if not count:
-            return ()  # nothing to look for: the state refuses it (relay.state._part_of)
+            return ()  # nothing to look for: the state refuses it (relay.whole.part_of)
         entry = self.entries.get(op.txn_id)
         complete = entry is not None and all(i in entry.where for i in range(count))
         if entry is not None and complete and not entry.evicted:

@@ -87,7 +87,7 @@ def restore(
     state.parked.update(parked or {})
     if progress.half_offset < log_end:
         state.resumed_end = log_end
-        state.ahead.append((progress.rebuild_from, log_end))
+        state.rebuild_point.open(progress.rebuild_from, log_end)
     apply_history(state, history, progress.legacy_parked)
     return state
 
@@ -239,7 +239,12 @@ class Rebuilder:
             return {}
         parked: dict[int, dict[str, OpRecord]] = {p: {} for p in progress}
         remembered = read_state(
-            self.config, self.settings.topics, StateOwner.RELAY, self.settings.group_id, progress
+            self.config,
+            self.settings.topics,
+            StateOwner.RELAY,
+            self.settings.group_id,
+            progress,
+            client=consumer,
         )
         for txn, (p, value) in remembered.items():
             if isinstance(value, Parked) and p in parked:

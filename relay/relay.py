@@ -23,10 +23,10 @@ import threading
 from confluent_kafka import KafkaException
 
 from outbox.errors import OutboxError
+from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
 from relay.accounting import Accounting
 from relay.flow_control import FlowControl
-from relay.health import Health
 from relay.log_ends import LogEnds
 from relay.metrics import RelayMetrics
 from relay.partitions import Partitions
@@ -54,7 +54,7 @@ class Relay:
         self.names = settings.topics
         self.sessions = 0
         self.partitions = Partitions()
-        self.health = Health()
+        self.health = Health("relay")
         self.accounting = Accounting(self.names, self.partitions)
         self.refusals = Refusals(settings.park_retry_s)
         self.ends = LogEnds(self.names.half)

@@ -17,11 +17,11 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from prometheus_client import Histogram
 
 from outbox.fetch import HalfFetcher
+from outbox.service_health import Health
 from relay.accounting import Accounting
 from relay.batch import BatchCommitter
 from relay.clients import admin_config, base_config, consumer_config, producer_config
 from relay.flow_control import FlowControl
-from relay.health import Health
 from relay.log_ends import LogEnds
 from relay.op_retention import from_op_log_start
 from relay.partitions import Partitions

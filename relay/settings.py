@@ -10,8 +10,11 @@ from typing import Any
 from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.topics import DEFAULT_PREFIX, TopicNames
+from outbox.settings import variable
 
 ENV_PREFIX = "OUTBOX_RELAY_"
+#: Settings read from the producers\' variables when the service\'s own is absent.
+FALLBACKS = {name: variable(name) for name in ("bootstrap_servers", "topic_prefix")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,8 +152,5 @@ class RelaySettings:
             env,
             overrides,
             required=("bootstrap_servers",),
-            fallbacks={
-                "bootstrap_servers": "OUTBOX_BOOTSTRAP_SERVERS",
-                "topic_prefix": "OUTBOX_TOPIC_PREFIX",
-            },
+            fallbacks=FALLBACKS,
         )

@@ -22,14 +22,15 @@ Invariants the rest of the relay relies on:
   same Kafka transaction), never in the bounded offset-commit metadata.
 
 Its parts: the undecided transactions (:mod:`relay.pending`), the decisions remembered
-(:mod:`relay.decisions`), what it hands out (:mod:`relay.actions`) and the progress it commits
-(:mod:`relay.progress`).
+(:mod:`relay.decisions`), which COMMITs can be carried out (:mod:`relay.whole`), what it hands
+out (:mod:`relay.actions`), the progress it commits (:mod:`relay.progress`) and the op offset a
+rebuild would start from (:mod:`relay.rebuild_point`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 
 from outbox.protocol.half import HalfRecord
@@ -50,36 +51,8 @@ from relay.actions import (
 from relay.decisions import Decisions
 from relay.pending import Pending
 from relay.progress import Progress
-
-#: Decides whether a transaction's records can be written now (their topics exist, nothing
-#: refused them lately). Returns None when they can, else the reason they wait.
-Promotable = Callable[[OpRecord, tuple[HalfRecord, ...]], str | None]
-
-
-def _always(op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
-    return None
-
-
-_NOT_FOUND = "its half records were not found (retention?)"
-_GAP = "its half records were removed by retention before the relay read them"
-
-
-def _part_of(records: tuple[HalfRecord, ...]) -> str | None:
-    """Why promoting ``records``, the ones a COMMIT names, would deliver part of a transaction
-    or nothing (None: it would deliver all of it). The records are the op's indexes 0..n-1
-    (``Pending.records_of``), so only their message count can say more are missing; once per
-    promotion."""
-    if not records:
-        return "names no half record, so it would deliver nothing"
-    n = len(records)
-    for record in records:
-        if record.count is not None and record.count != n:
-            return (
-                f"names {n} half record(s), but message {record.index} carries a message "
-                f"count of {record.count}; promoting them would deliver part of the "
-                "transaction: re-send its messages from their source"
-            )
-    return None
+from relay.rebuild_point import RebuildPoint
+from relay.whole import GAP, NOT_FOUND, Promotable, always, part_of
 
 
 @dataclass
@@ -100,8 +73,8 @@ class PartitionState:
     queue: deque[tuple[int, OpRecord | None]] = field(default_factory=deque)
     #: COMMITs handled but not written yet (topic missing or refused): txn id -> op.
     parked: dict[str, OpRecord] = field(default_factory=dict)
-    #: (op offset, half end then) of decisions whose copies may lie ahead of the reader.
-    ahead: deque[tuple[int, int]] = field(default_factory=deque)
+    #: The op offset a rebuild would start from, as decisions are made ahead of the reader.
+    rebuild_point: RebuildPoint = field(default_factory=RebuildPoint)
     #: Actions decided since the last batch was handed out.
     out: list[Action] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
@@ -122,7 +95,9 @@ class PartitionState:
             return  # handled before (a re-read after a restart, or a copy of a decided one)
         entry = pending.entries.get(txn)
         if entry is None:
-            entry = pending.open(txn, record.producer_group, op_pos=self._floor())
+            entry = pending.open(
+                txn, record.producer_group, op_pos=self.rebuild_point.floor(self.op_position)
+            )
         evicted = pending.add(entry, record)
         if evicted:
             self.counters.evicted += evicted
@@ -153,7 +128,7 @@ class PartitionState:
         put_back_after_ms: int,
         log_end: int = 0,
         verified_end: int | None = None,
-        promotable: Promotable = _always,
+        promotable: Promotable = always,
         max_put_back: int = 1000,
         unmovable: Container[str] = frozenset(),
     ) -> Batch | Need:
@@ -176,8 +151,7 @@ class PartitionState:
             return need
         actions, self.out = self.out, []
         self.pending.fetched.clear()
-        while self.ahead and self.half_position >= self.ahead[0][1]:
-            self.ahead.popleft()
+        self.rebuild_point.passed(self.half_position)
         if self.half_position >= self.resumed_end:
             self.resumed_end = 0  # no copy an earlier life put back can come any more
         self.decided.expire(self.half_position)
@@ -204,7 +178,7 @@ class PartitionState:
                 # not needed by the invariant (a transaction in flight is undecided), kept as
                 # a margin: it only delays the rebuild point while copies travel
                 *(pos for pos, _ in self.pending.in_flight.values()),
-                *(offset for offset, _ in self.ahead),
+                *self.rebuild_point.bounds(),
             ]
         )
         return Progress(half, self.op_position, rebuild_from, self.gap)
@@ -265,7 +239,7 @@ class PartitionState:
             return False
         gap = self.gap
         if op.state is OpState.COMMIT and gap is not None and gap[0] <= last < gap[1]:
-            return self._reject(op, _GAP)
+            return self._reject(op, GAP)
         self.counters.repeats += 1
         return True
 
@@ -275,8 +249,8 @@ class PartitionState:
         if isinstance(records, Need):
             return records
         if records is None:
-            return self._reject(op, _NOT_FOUND)
-        why = _part_of(records)
+            return self._reject(op, NOT_FOUND)
+        why = part_of(records)
         if why is not None:
             return self._reject(op, why)
         if promotable(op, records) is not None:
@@ -296,7 +270,7 @@ class PartitionState:
         if self.parked.pop(op.txn_id, None) is not None:
             self.out.append(Remember(op.txn_id, None))
         self.pending.forget(op.txn_id)
-        self._bound(op.offset)
+        self.rebuild_point.bound(op.offset, self.half_position, self._log_end)
 
     def _reject(self, op: OpRecord, reason: str) -> bool:
         self.out.append(Reject(op, reason))
@@ -328,9 +302,9 @@ class PartitionState:
             records = self.pending.records_of(op)
             if isinstance(records, Need):
                 return records
-            why = _NOT_FOUND if records is None else _part_of(records)
-            if records is None or why is not None:  # (_part_of: parked by an older relay)
-                self.out.append(Reject(op, why or _NOT_FOUND))
+            why = NOT_FOUND if records is None else part_of(records)
+            if records is None or why is not None:  # (part_of: parked by an older relay)
+                self.out.append(Reject(op, why or NOT_FOUND))
                 self.counters.rejected += 1
                 self._decided(op)
                 continue
@@ -339,27 +313,6 @@ class PartitionState:
                 self.counters.promoted += 1
                 self._decided(op)
         return None
-
-    # -- the rebuild point -------------------------------------------------------------------
-
-    def _floor(self) -> int:
-        """The op offset a rebuild would have to start from if the state were rebuilt now.
-
-        A record read while an earlier bound is still open (the reader has not reached the
-        end it names) may have been read, in an earlier life of this state, when decisions
-        from that bound on were not yet made; it inherits the bound.
-        """
-        return min(self.op_position, self.ahead[0][0]) if self.ahead else self.op_position
-
-    def _bound(self, op_offset: int) -> None:
-        """A transaction was decided; copies of it may still lie ahead of the reader (a restart
-        forgets which were put back), up to the half partition's end as known now. Until the
-        reader passes that end, the rebuild must re-learn decisions from this op on."""
-        if self.half_position >= self._log_end:
-            return
-        if self.ahead and self.ahead[-1][1] >= self._log_end:
-            return  # an earlier op bounds it already, for at least as long
-        self.ahead.append((op_offset, self._log_end))
 
     # -- put-back and memory -----------------------------------------------------------------
 
@@ -377,7 +330,7 @@ class PartitionState:
         return None
 
     def _hold(self, txn_id: str, group: str, records: Iterable[HalfRecord], *, op_pos: int) -> None:
-        op_pos = min(op_pos, self._floor())
+        op_pos = min(op_pos, self.rebuild_point.floor(self.op_position))
         self.counters.evicted += self.pending.hold(txn_id, group, records, op_pos=op_pos)
 
     # -- views -------------------------------------------------------------------------------

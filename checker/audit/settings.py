@@ -16,8 +16,11 @@ from checker.audit.bounds import Bound, check_pair, parse_bound, parse_time_ms
 from checker.audit.errors import AuditConfigError
 from outbox.env import from_env
 from outbox.protocol.topics import DEFAULT_PREFIX, TopicNames
+from outbox.settings import variable
 
 ENV_PREFIX = "OUTBOX_AUDIT_"
+#: Settings read from the producers\' variables when the audit\'s own is absent.
+FALLBACKS = {"bootstrap_servers": variable("bootstrap_servers")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,7 +153,7 @@ class AuditSettings:
             env,
             overrides,
             required=("bootstrap_servers",),
-            fallbacks={"bootstrap_servers": "OUTBOX_BOOTSTRAP_SERVERS"},
+            fallbacks=FALLBACKS,
         )
 
 

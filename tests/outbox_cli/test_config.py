@@ -113,3 +113,26 @@ def test_config_knows_the_topic_retentions_and_refuses_an_op_retention_below_the
     assert "set OUTBOX_OP_RETENTION_MS (now 1000) to at least OUTBOX_HALF_RETENTION_MS" in (
         shorter.err
     )
+
+
+def test_config_reports_each_shared_variable_as_the_service_reads_it(cli: Cli) -> None:
+    """The command line and the services name one set of variables (each defined once in the
+    settings modules): a shared OUTBOX_TOPIC_PREFIX is what the relay and checker use, and
+    ``config`` says so (it said "default" while the relay used the shared value)."""
+    from outbox_cli.settings import SERVICES
+
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": "shared:9092",
+        "OUTBOX_TOPIC_PREFIX": "__team-outbox",
+        "OUTBOX_CHECKER_SECRET": "s3cret",
+    }
+    for name in ("relay", "checker"):
+        service = SERVICES[name]
+        loaded = service.load(env)
+        assert loaded.topic_prefix == "__team-outbox"
+        assert loaded.bootstrap_servers == "shared:9092"
+        assert service.sources(env)["topic_prefix"] == "env OUTBOX_TOPIC_PREFIX"
+        assert service.variables() >= {"OUTBOX_TOPIC_PREFIX", "OUTBOX_BOOTSTRAP_SERVERS"}
+        result = cli("config", "--service", name, env=env)
+        assert result.code == 0, result.err
+        assert re.search(r'topic_prefix = "__team-outbox"\s+# env OUTBOX_TOPIC_PREFIX', result.out)

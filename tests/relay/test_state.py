@@ -8,7 +8,8 @@ from outbox.protocol import DecidedBy, HalfMessage, HalfRecord, OpRecord, OpStat
 from relay.actions import BadRecord, Batch, Drop, Need, Promote, PutBack, Reject, Remember
 from relay.progress import Progress
 from relay.rebuild import apply_history, restore
-from relay.state import PartitionState, Promotable
+from relay.state import PartitionState
+from relay.whole import Promotable
 
 TXN = [f"01a203d8-301f-7701-b6f4-{468000000000 + i}" for i in range(1000)]
 HOUR_MS = 3_600_000

@@ -1,5 +1,6 @@
-"""What ``/healthz`` and ``/readyz`` answer: whether the relay's loop turns, and whether the
-relay is subscribed and its last Kafka transaction committed.
+"""What a service's ``/healthz`` and ``/readyz`` answer: whether its loop turns, and whether it
+is ready (the relay: subscribed and its last Kafka transaction committed; the checker: every
+assigned partition read to its end).
 
 Written by the loop's thread, read by the HTTP thread: plain attributes, each replaced whole.
 """
@@ -12,7 +13,8 @@ import time
 class Health:
     """Liveness (when the loop last turned) and readiness (and why not)."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: str) -> None:
+        self.loop = loop
         self._loop_at = time.monotonic()
         self._ready = (False, "starting")
 
@@ -27,7 +29,7 @@ class Health:
     def live(self, timeout_s: float) -> tuple[bool, str]:
         idle = self.idle_s()
         if idle > timeout_s:
-            return False, f"the relay loop has not turned for {idle:.0f} s"
+            return False, f"the {self.loop} loop has not turned for {idle:.0f} s"
         return True, "ok"
 
     def ready(self) -> tuple[bool, str]:
