@@ -91,7 +91,8 @@ def test_a_checker_restarted_every_few_seconds_still_gives_up_after_check_max_ch
     # Then it was given up, its counts carried from life to life (RocketMQ's check times)
     [op] = [o for o in topics.ops() if o.txn_id == txn_id]
     assert op.state is OpState.GIVEN_UP and "after 6 checks" in (op.reason or "")
-    assert restarts >= 3
+    # a life of 4 s checking once a second sees at most 4 checks: 6 took more than one life
+    assert restarts >= 2
     # a count is saved with each round; one answered just before a stop may be asked again
     assert 6 <= answers.asked[txn_id] <= 6 + restarts
 
