@@ -31,6 +31,7 @@ from bench import (
     charts,
     checker_path,
     end_to_end,
+    producer_async,
     producer_path,
     relay_path,
     report,
@@ -46,6 +47,7 @@ Runner = Callable[[Services, BenchConfig, Context], ScenarioResult]
 RUNNERS: dict[str, Runner] = {
     "ceilings": ceilings.run,
     "producer": producer_path.run,
+    "producer_async": producer_async.run,
     "relay": relay_path.run,
     "end_to_end": end_to_end.run,
     "checker": checker_path.run,

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-SCENARIOS = ("ceilings", "producer", "relay", "end_to_end", "checker", "audit")
+SCENARIOS = (
+    "ceilings",
+    "producer",
+    "producer_async",
+    "relay",
+    "end_to_end",
+    "checker",
+    "audit",
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -138,13 +138,20 @@ def measure(
         )
     finally:
         engine.dispose()
+    return Row(
+        {"impl": impl, "db": bench.db, "workers": workers, "messages": messages},
+        metrics,
+        run_info(runs),
+    )
+
+
+def run_info(runs: list[LoadResult]) -> dict[str, Any]:
+    """What a row keeps beside its figures: completions per run, the first error."""
     info: dict[str, Any] = {"transactions_per_run": [r.completed for r in runs]}
     errors = [r.first_error for r in runs if r.first_error]
     if errors:
         info["first_error"] = errors[0]
-    return Row(
-        {"impl": impl, "db": bench.db, "workers": workers, "messages": messages}, metrics, info
-    )
+    return info
 
 
 def run(

@@ -117,16 +117,34 @@ def engine_for(url: str, *, pool_size: int = 5) -> sa.Engine:
         engine = sa.create_engine(
             url, connect_args={"timeout": 30}, pool_size=pool_size, max_overflow=4
         )
-
-        @sa.event.listens_for(engine, "connect")
-        def _pragmas(dbapi_connection: Any, record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
-            cursor.close()
-
+        sa.event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return sa.create_engine(url, pool_size=pool_size, max_overflow=4)
+
+
+def async_engine_for(url: str, *, pool_size: int = 5) -> Any:
+    """:func:`engine_for` through an asyncio driver (psycopg's async mode, aiosqlite), with the
+    same SQLite settings."""
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    if url.startswith("sqlite"):
+        engine = create_async_engine(
+            url.replace("sqlite:///", "sqlite+aiosqlite:///", 1),
+            connect_args={"timeout": 30},
+            pool_size=pool_size,
+            max_overflow=4,
+        )
+
+        sa.event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(url, pool_size=pool_size, max_overflow=4)
+
+
+def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
 
 
 def db_kind(url: str) -> str:

@@ -91,6 +91,8 @@ def evaluate(results: Results) -> list[Target]:
     pg = "postgresql"
     ours16 = _row(results, "producer", impl="ours", db=pg, workers=16, messages=1)
     a16 = _row(results, "producer", impl="baseline_a", db=pg, workers=16, messages=1)
+    ours_async16 = _row(results, "producer_async", impl="ours", db=pg, tasks=16)
+    a_async16 = _row(results, "producer_async", impl="baseline_a", db=pg, tasks=16)
     pgbench16 = _row(results, "ceilings", tool="pgbench", clients=16)
     relay1 = _row(results, "relay", impl="ours", relays=1)
     relay2 = _row(results, "relay", impl="ours", relays=2)
@@ -118,6 +120,15 @@ def evaluate(results: Results) -> list[Target]:
             _metric(ours16, "p50_ms"),
             _metric(a16, "p50_ms"),
             lambda r: r <= 1.5,
+        ),
+        _ratio(
+            Target(
+                "asyncio producer vs A",
+                "asyncio, 16 tasks, PostgreSQL: >= 0.9x async baseline A's txn/s (issue 29)",
+            ),
+            _metric(ours_async16, "txn_per_s"),
+            _metric(a_async16, "txn_per_s"),
+            lambda r: r >= 0.9,
         ),
         _absolute(
             Target("one relay", "one relay: >= 20,000 promotions/s"),

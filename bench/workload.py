@@ -77,3 +77,9 @@ def pgbench_script() -> str:
         f"VALUES (:cid, 100, '{PAYLOAD_TEXT}');\n"
         "END;\n"
     )
+
+
+async def business_write_async(session: Any, customer: int) -> None:
+    """:func:`business_write` on an AsyncSession."""
+    await session.execute(_UPDATE, {"cid": customer})
+    await session.execute(_INSERT, {"cid": customer})

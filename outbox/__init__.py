@@ -5,8 +5,9 @@ A local database transaction and the messages sent inside it either both happen 
 
 from __future__ import annotations
 
+from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.consumer import Deduplicator
-from outbox.decorator import configure, current_transaction, send, send_batch, transactional
+from outbox.decorator import INJECTED, configure, transactional
 from outbox.errors import (
     CommitInsideTransactionError,
     ConfigurationError,
@@ -22,20 +23,25 @@ from outbox.errors import (
     OutboxError,
     ProducerClosedError,
     ProtocolError,
+    SendNotAwaitedError,
     SendRolledBackError,
     SerializationError,
     TopicMismatchError,
     TransactionFencedError,
     UnknownSchemaVersionError,
+    WrongFormError,
 )
 from outbox.message import Message, MessageView, json_serializer
 from outbox.producer import OutboxProducer
 from outbox.protocol.states import LocalTransactionState
 from outbox.pruning import PruneResult, prune_evidence
+from outbox.sending import Sending, current_transaction, send, send_batch
 from outbox.settings import OutboxSettings
 from outbox.topics import ensure_topics
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 from outbox.transactional_producer import (
+    AsyncTransactionalProducer,
+    AsyncTransactionListener,
     SendStatus,
     TransactionalProducer,
     TransactionListener,
@@ -45,6 +51,10 @@ from outbox.transactional_producer import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "INJECTED",
+    "AsyncOutboxTransaction",
+    "AsyncTransactionListener",
+    "AsyncTransactionalProducer",
     # Errors
     "CommitInsideTransactionError",
     "ConfigurationError",
@@ -70,8 +80,10 @@ __all__ = [
     "ProducerClosedError",
     "ProtocolError",
     "PruneResult",
+    "SendNotAwaitedError",
     "SendRolledBackError",
     "SendStatus",
+    "Sending",
     "SerializationError",
     "TopicMismatchError",
     "TransactionFencedError",
@@ -79,6 +91,7 @@ __all__ = [
     "TransactionSendResult",
     "TransactionalProducer",
     "UnknownSchemaVersionError",
+    "WrongFormError",
     "configure",
     "current_transaction",
     "ensure_topics",

@@ -1,4 +1,4 @@
-"""``@outbox.transactional`` and ``outbox.send()``: the decorator form of a transaction.
+"""``@outbox.transactional``: the decorator form of a transaction.
 
 ::
 
@@ -8,6 +8,14 @@
     def place_order(order_id: str, *, session: Session) -> None:
         session.add(Order(id=order_id))
         outbox.send("orders", f'{{"id": "{order_id}"}}', key=order_id)
+
+An ``async def`` runs as an asyncio transaction, on an ``AsyncSession`` (the factory an
+``async_sessionmaker``)::
+
+    @outbox.transactional(producer=producer, session_factory=AsyncSessionFactory)
+    async def place_order(order_id: str, *, session: AsyncSession) -> None:
+        session.add(Order(id=order_id))
+        await outbox.send("orders", f'{{"id": "{order_id}"}}', key=order_id)
 
 A function with a ``session`` parameter gets the transaction's session when the caller passes
 none; a session the caller passes (by keyword or position) becomes the transaction's session, so
@@ -19,16 +27,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
-from sqlalchemy.orm import Session
-
-from outbox.errors import ConfigurationError, NoActiveTransactionError
-from outbox.message import Headers, Message, Serializer
-from outbox.producer import OutboxProducer, SessionSource, current
-from outbox.transaction import HalfCoordinates, OutboxTransaction
+from outbox.errors import ConfigurationError, WrongFormError
+from outbox.producer import AsyncSessionSource, OutboxProducer
+from outbox.scope import SessionSource, is_async_session, is_sync_session
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -36,19 +41,33 @@ R = TypeVar("R")
 _OPTIONS = ("producer", "session_factory")
 
 
+class _Injected:
+    def __repr__(self) -> str:
+        return "outbox.INJECTED"
+
+
+#: The default of a ``@transactional`` function's ``session`` parameter: the decorator passes
+#: the transaction's session in its place, and a caller that passes none type-checks
+#: (``async def place(order_id: str, session: AsyncSession = outbox.INJECTED)``).
+INJECTED: Any = _Injected()
+
+
 @dataclass
 class _Defaults:
     producer: OutboxProducer | None = None
-    session_factory: SessionSource | None = None
+    session_factory: SessionSource | AsyncSessionSource | None = None
 
 
 _defaults = _Defaults()
 
 
 def configure(
-    *, producer: OutboxProducer | None = None, session_factory: SessionSource | None = None
+    *,
+    producer: OutboxProducer | None = None,
+    session_factory: SessionSource | AsyncSessionSource | None = None,
 ) -> None:
-    """Set the producer and session factory that bare ``@transactional`` functions use."""
+    """Set the producer and session factory that bare ``@transactional`` functions use (a
+    ``sessionmaker`` for ``def`` functions, an ``async_sessionmaker`` for ``async def`` ones)."""
     if producer is not None:
         _check_producer(producer)
         _defaults.producer = producer
@@ -61,13 +80,17 @@ def configure(
 def transactional(fn: Callable[P, R], /) -> Callable[P, R]: ...
 @overload
 def transactional(
-    *, producer: OutboxProducer | None = None, session_factory: SessionSource | None = None
+    *,
+    producer: OutboxProducer | None = None,
+    session_factory: SessionSource | AsyncSessionSource | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def transactional(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Run the function as one local transaction whose messages are delivered iff it commits.
 
     Usable bare (``@transactional``, with the defaults from :func:`configure`) or with
     keyword-only options ``producer=`` and ``session_factory=``, checked at decoration time.
+    An ``async def`` function is an asyncio transaction on an ``AsyncSession``: its wrapper is
+    a coroutine function too, and ``outbox.send()`` inside it is awaited.
 
     Raises:
         ConfigurationError: an unknown option, or none configured when the function runs.
@@ -94,9 +117,9 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
     parameters = inspect.signature(fn).parameters
     takes_session = "session" in parameters
     position = _position(parameters, "session")
+    asynchronous = inspect.iscoroutinefunction(fn)
 
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    def source(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[OutboxProducer, Any, Any]:
         producer = options.get("producer") or _defaults.producer
         factory = options.get("session_factory") or _defaults.session_factory
         # A session the caller passes is the transaction's: the outbox's evidence row and
@@ -108,16 +131,66 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
                 "call outbox.configure(producer=..., session_factory=...) at start-up or pass "
                 "them as options of the decorator"
             )
-        with producer.transaction(given or factory) as txn:  # type: ignore[arg-type]
+        session = given if given is not None else factory
+        _check_form(fn, session, asynchronous)
+        return producer, session, given
+
+    if asynchronous:
+        call: Callable[..., Coroutine[Any, Any, Any]] = fn  # type: ignore[assignment]
+
+        @functools.wraps(fn)
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            producer, session, given = source(args, kwargs)
+            async with producer.transaction(session) as txn:
+                if takes_session and given is None:
+                    args = _inject(args, kwargs, position, txn.session)
+                return await call(*args, **kwargs)
+
+        return run_async  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        producer, session, given = source(args, kwargs)
+        with producer.transaction(session) as txn:
             if takes_session and given is None:
-                kwargs["session"] = txn.session
+                args = _inject(args, kwargs, position, txn.session)  # type: ignore[assignment]
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 _discard(result)
-                raise ConfigurationError(_deferred_message(fn, "returned an awaitable"))
+                raise WrongFormError(_deferred_message(fn, "returned an awaitable"))
             return result
 
     return wrapper
+
+
+def _inject(
+    args: tuple[Any, ...], kwargs: dict[str, Any], position: int | None, session: Any
+) -> tuple[Any, ...]:
+    """Put the transaction's session where the caller passed none (or ``INJECTED``)."""
+    if position is not None and len(args) > position:  # INJECTED passed by position
+        return (*args[:position], session, *args[position + 1 :])
+    kwargs["session"] = session
+    return args
+
+
+def _check_form(fn: Callable[..., Any], session: object, asynchronous: bool) -> None:
+    """An ``async def`` needs an AsyncSession (factory), a ``def`` a Session (factory).
+
+    Raises:
+        WrongFormError: naming the form that fits.
+    """
+    if asynchronous and is_sync_session(session):
+        raise WrongFormError(
+            f"{_name(fn)} is an async def, but its session is a synchronous "
+            f"{type(session).__qualname__}; give it an AsyncSession or async_sessionmaker "
+            "(sqlalchemy.ext.asyncio), or make the function a plain def"
+        )
+    if not asynchronous and is_async_session(session):
+        raise WrongFormError(
+            f"{_name(fn)} is a plain def, but its session is an asyncio "
+            f"{type(session).__qualname__}; make the function `async def` (and `await "
+            "outbox.send(...)`), or give it a Session or sessionmaker"
+        )
 
 
 def _position(parameters: Mapping[str, inspect.Parameter], name: str) -> int | None:
@@ -129,13 +202,15 @@ def _position(parameters: Mapping[str, inspect.Parameter], name: str) -> int | N
     return None
 
 
-def _given_session(args: tuple[Any, ...], kwargs: dict[str, Any], position: int | None) -> Any:
+def _given_session(args: tuple[Any, ...], kwargs: Mapping[str, Any], position: int | None) -> Any:
     """The ``session`` the caller passed, by keyword or position; None if none."""
     if "session" in kwargs:
-        return kwargs["session"]
-    if position is not None and len(args) > position:
-        return args[position]
-    return None
+        given = kwargs["session"]
+    elif position is not None and len(args) > position:
+        given = args[position]
+    else:
+        return None
+    return None if given is INJECTED else given
 
 
 def _refuse_deferred(fn: Callable[..., Any]) -> None:
@@ -145,8 +220,11 @@ def _refuse_deferred(fn: Callable[..., Any]) -> None:
     Raises:
         ConfigurationError: naming the asyncio way.
     """
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-        raise ConfigurationError(_deferred_message(fn, "is a coroutine function (async def)"))
+    if inspect.isasyncgenfunction(fn):
+        raise WrongFormError(
+            f"@transactional cannot run {_name(fn)}: it is an async generator function, whose "
+            "body runs while it is iterated, after the transaction ended; return a list instead"
+        )
     if inspect.isgeneratorfunction(fn):
         raise ConfigurationError(
             f"@transactional cannot run {_name(fn)}: it is a generator function, whose body "
@@ -158,9 +236,8 @@ def _deferred_message(fn: Callable[..., Any], what: str) -> str:
     return (
         f"@transactional cannot run {_name(fn)}: it {what}, whose body would run after the "
         "synchronous database transaction ended - its writes never committed, its messages "
-        "sent outside any transaction. This version has no asyncio form of the outbox yet: "
-        "make the function synchronous (def) and call it from async code with "
-        "`await asyncio.to_thread(fn, ...)`"
+        "sent outside any transaction. Declare it `async def` (the asyncio form, on an "
+        "AsyncSession) so the transaction awaits it"
     )
 
 
@@ -175,59 +252,14 @@ def _discard(awaitable: object) -> None:
         close()
 
 
-def send(
-    topic: str,
-    value: Any,
-    key: Any = None,
-    headers: Headers | None = None,
-    *,
-    serializer: Serializer | None = None,
-    delay: Any = None,
-) -> HalfCoordinates:
-    """Send a half message in the current transaction (see :meth:`OutboxTransaction.send`).
-
-    Raises:
-        NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
-    """
-    return current_transaction().send(
-        topic, value, key, headers, serializer=serializer, delay=delay
-    )
-
-
-def send_batch(
-    messages: Iterable[Message], *, serializer: Serializer | None = None
-) -> HalfCoordinates:
-    """Send several half messages in the current transaction, waiting once for all of them
-    (see :meth:`OutboxTransaction.send_batch`).
-
-    Raises:
-        NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
-    """
-    return current_transaction().send_batch(messages, serializer=serializer)
-
-
-def current_transaction() -> OutboxTransaction:
-    """The transaction this code runs in.
-
-    Raises:
-        NoActiveTransactionError: there is none.
-    """
-    txn = current.get()
-    if txn is None:
-        raise NoActiveTransactionError(
-            "outbox.send() was called outside a transaction; call it inside a function decorated "
-            "with @outbox.transactional or inside `with producer.transaction(...)`"
-        )
-    return txn
-
-
 def _check_producer(producer: object) -> None:
     if not isinstance(producer, OutboxProducer):
         raise ConfigurationError(f"producer must be an OutboxProducer, got {producer!r}")
 
 
 def _check_session_factory(factory: object) -> None:
-    if not callable(factory) and not isinstance(factory, Session):
+    if not callable(factory) and not is_sync_session(factory) and not is_async_session(factory):
         raise ConfigurationError(
-            f"session_factory must be a sqlalchemy sessionmaker or Session, got {factory!r}"
+            "session_factory must be a sqlalchemy sessionmaker or Session (async_sessionmaker "
+            f"or AsyncSession for async def functions), got {factory!r}"
         )

@@ -40,6 +40,16 @@ class ConfigurationError(OutboxError):
     """Raised when settings or decorator options are missing, unknown or invalid."""
 
 
+class SendNotAwaitedError(OutboxError):
+    """Raised at the commit of an asyncio transaction in which an ``outbox.send()`` was never
+    awaited (its message was never sent); the transaction is rolled back."""
+
+
+class WrongFormError(ConfigurationError):
+    """Raised when a synchronous session meets the asyncio form, or an asyncio session (or
+    coroutine function) the synchronous form; the message names the form that fits."""
+
+
 class ProtocolError(OutboxError):
     """Raised when a half or op record cannot be decoded."""
 

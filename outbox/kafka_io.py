@@ -3,7 +3,10 @@
 Two librdkafka producers (idempotent, ``acks=all``) serve every thread: one for half records,
 which a sender waits for (``linger.ms`` 1: no wait for company), and one for op records, which
 nobody waits for by default and which wait ``op_linger_ms`` to share a request with other
-threads' ops. A Kafka request costs the process some 350 us of CPU (a third of a small
+threads' ops. The asyncio forms (:meth:`KafkaIO.send_halves_async`) produce the same way and
+await their acknowledgement as a future, resolved from the delivery callback's thread with
+``loop.call_soon_threadsafe``: librdkafka's ``produce()`` only enqueues, so nothing here blocks
+an event loop. A Kafka request costs the process some 350 us of CPU (a third of a small
 transaction's SQL through SQLAlchemy), so under load fewer requests leave more of the core to
 the transactions. A background thread per producer serves delivery callbacks, so a
 sender waits only for its own records, not for everybody's (``flush()`` would).
@@ -11,6 +14,7 @@ sender waits only for its own records, not for everybody's (``flush()`` would).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, Message, Producer
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from outbox.acks import Waiter, backoff_s, future_setter
 from outbox.errors import HalfSendError, KafkaOperationError, ProducerClosedError
 from outbox.protocol.half import HalfMessage, encode_half_headers
 from outbox.protocol.op import OpRecord, encode_op
@@ -40,30 +45,6 @@ class HalfBatch:
     count: int | None
     check_immunity_s: int | None = None
     check_by: str = CheckBy.EVIDENCE
-
-
-class _Waiter:
-    """Counts down delivery reports of one batch; keeps offsets in send order."""
-
-    def __init__(self, n: int) -> None:
-        self.offsets: list[int | None] = [None] * n
-        self.errors: list[KafkaError] = []
-        self._left = n
-        self._lock = threading.Lock()
-        self.done = threading.Event()
-
-    def callback(self, i: int) -> Callable[[KafkaError | None, Message], None]:
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            with self._lock:
-                if err is not None:
-                    self.errors.append(err)
-                else:
-                    self.offsets[i] = msg.offset()
-                self._left -= 1
-                if self._left == 0:
-                    self.done.set()
-
-        return on_delivery
 
 
 class KafkaIO:
@@ -139,8 +120,43 @@ class KafkaIO:
             raise HalfSendError(str(err)) from err
         raise AssertionError("unreachable")
 
+    async def send_halves_async(self, batch: HalfBatch) -> list[int]:
+        """:meth:`send_halves` for asyncio: the same records and retries, the acknowledgement
+        awaited without blocking the loop.
+
+        Raises:
+            HalfSendError: not acknowledged after ``send_attempts`` attempts.
+        """
+        self._check_open()
+        attempt = 1
+        while True:
+            try:
+                return await self._send_once_async(batch)
+            except HalfSendError as err:
+                if attempt >= self.settings.send_attempts or not _retriable(err):
+                    raise
+                log.warning("half send of transaction %s failed (%s); retrying", batch.txn_id, err)
+            await asyncio.sleep(backoff_s(attempt))
+            attempt += 1
+
+    async def _send_once_async(self, batch: HalfBatch) -> list[int]:
+        acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = self._produce_batch(batch, on_done=future_setter(acknowledged))
+        try:
+            await asyncio.wait_for(acknowledged, self.settings.send_timeout_s + 5)
+        except TimeoutError:
+            raise HalfSendError(self._unacknowledged(batch)) from None
+        return self._outcome(batch, waiter)
+
     def _send_once(self, batch: HalfBatch) -> list[int]:
-        waiter = _Waiter(len(batch.messages))
+        waiter = self._produce_batch(batch)
+        if not waiter.done.wait(self.settings.send_timeout_s + 5):
+            raise HalfSendError(self._unacknowledged(batch))
+        return self._outcome(batch, waiter)
+
+    def _produce_batch(self, batch: HalfBatch, on_done: Callable[[], None] | None = None) -> Waiter:
+        """Hand the batch's records to librdkafka (which only queues them)."""
+        waiter = Waiter(len(batch.messages), on_done)
         now_ms = int(time.time() * 1000)
         topic = self.settings.topics.half
         for i, message in enumerate(batch.messages):
@@ -156,12 +172,16 @@ class KafkaIO:
                 check_by=batch.check_by,
             )
             self._produce(topic, batch.txn_id.encode(), message.value, headers, batch, waiter, i)
-        if not waiter.done.wait(self.settings.send_timeout_s + 5):
-            raise HalfSendError(
-                f"half message(s) of transaction {batch.txn_id} not acknowledged within "
-                f"{self.settings.send_timeout_s} s; is Kafka at "
-                f"{self.settings.bootstrap_servers} up?"
-            )
+        return waiter
+
+    def _unacknowledged(self, batch: HalfBatch) -> str:
+        return (
+            f"half message(s) of transaction {batch.txn_id} not acknowledged within "
+            f"{self.settings.send_timeout_s} s; is Kafka at "
+            f"{self.settings.bootstrap_servers} up?"
+        )
+
+    def _outcome(self, batch: HalfBatch, waiter: Waiter) -> list[int]:
         if waiter.errors:
             error = waiter.errors[0]
             raise HalfSendError(
@@ -176,7 +196,7 @@ class KafkaIO:
         value: bytes | None,
         headers: list[tuple[str, str | bytes | None]],
         batch: HalfBatch,
-        waiter: _Waiter,
+        waiter: Waiter,
         i: int,
     ) -> None:
         try:
@@ -207,22 +227,47 @@ class KafkaIO:
             log.warning("op %s for %s not sent: producer closed", op.state, op.txn_id)
             return False
         key, value = encode_op(op)
-        waiter = _Waiter(1)
+        waiter = Waiter(1)
         wait = self.settings.wait_for_op
+        if not self._produce_op(op, key, value, waiter if wait else None):
+            return False
+        if not wait:
+            return True
+        if not waiter.done.wait(self.settings.op_timeout_s):
+            return self._op_failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
+        return self._op_outcome(op, waiter)
+
+    async def send_op_async(self, op: OpRecord) -> bool:
+        """:meth:`send_op` for asyncio: with ``wait_for_op`` the acknowledgement is awaited
+        without blocking the loop; otherwise the same one-way send."""
+        if not self.settings.wait_for_op or self._closed.is_set():
+            return self.send_op(op)
+        key, value = encode_op(op)
+        acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiter = Waiter(1, future_setter(acknowledged))
+        if not self._produce_op(op, key, value, waiter):
+            return False
+        try:
+            await asyncio.wait_for(acknowledged, self.settings.op_timeout_s)
+        except TimeoutError:
+            return self._op_failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
+        return self._op_outcome(op, waiter)
+
+    def _produce_op(self, op: OpRecord, key: bytes, value: bytes, waiter: Waiter | None) -> bool:
+        """Queue the op; False (counted) when librdkafka refused it at once."""
         try:
             self._ops.produce(
                 self.settings.topics.op,
                 key=key,
                 value=value,
                 partition=op.half_partition,
-                on_delivery=waiter.callback(0) if wait else self._op_delivered(op),
+                on_delivery=waiter.callback(0) if waiter else self._op_delivered(op),
             )
         except Exception as err:
             return self._op_failed(op, repr(err))
-        if not wait:
-            return True
-        if not waiter.done.wait(self.settings.op_timeout_s):
-            return self._op_failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
+        return True
+
+    def _op_outcome(self, op: OpRecord, waiter: Waiter) -> bool:
         if waiter.errors:
             return self._op_failed(op, waiter.errors[0].str())
         self.ops_sent += 1

@@ -7,40 +7,42 @@ Create one per process and share it between threads::
     with producer.transaction(Session) as txn:
         txn.session.add(Order(...))
         txn.send("orders", b"...", key=b"order-1")
+
+    async with producer.transaction(AsyncSession) as txn:   # asyncio: the same, awaited
+        txn.session.add(Order(...))
+        await txn.send("orders", b"...", key=b"order-1")
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from types import TracebackType
+from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
-from sqlalchemy.orm import Session
 
+from outbox.checks.asgi import CheckApp
+from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.handler import CheckSettings
 from outbox.checks.listener import CheckingListener, FunctionResolver
 from outbox.checks.resolver import FencedResolver, Resolver
 from outbox.checks.routing import CheckRouter, OmittedValues
 from outbox.checks.server import CheckServer
-from outbox.errors import ConfigurationError
-from outbox.evidence import write_evidence
+from outbox.errors import ConfigurationError, WrongFormError
 from outbox.kafka_io import KafkaIO
 from outbox.message import Serializer
-from outbox.protocol.states import LocalTransactionState
 from outbox.registry import Heartbeat, new_instance_id
-from outbox.session_guard import SessionGuard
+from outbox.scope import SessionSource, TransactionScope
 from outbox.settings import OutboxSettings
-from outbox.transaction import OutboxTransaction
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 log = logging.getLogger("outbox")
 
-SessionSource = Session | Callable[[], Session]
-
-#: The transaction the current thread or task is inside, for ``outbox.send()`` and nesting.
-current: ContextVar[OutboxTransaction | None] = ContextVar("outbox_transaction", default=None)
+#: An ``AsyncSession`` or a factory of them (``async_sessionmaker``): the asyncio form.
+AsyncSessionSource = Union["AsyncSession", Callable[[], "AsyncSession"]]
 
 
 class OutboxProducer:
@@ -61,12 +63,20 @@ class OutboxProducer:
             self._partitions = self.kafka.partitions()
         return self._partitions
 
-    @contextmanager
-    def transaction(self, session: SessionSource) -> Iterator[OutboxTransaction]:
+    @property
+    def known_partitions(self) -> int | None:
+        """The half topic's partition count if it was read already (no broker request)."""
+        return self._partitions
+
+    def transaction(self, session: SessionSource | AsyncSessionSource) -> TransactionScope:
         """A local DB transaction whose messages are delivered if and only if it commits.
 
         ``session`` is a Session, or a factory (``sessionmaker``) whose session is closed at the
-        end. On normal exit: DB commit, then a COMMIT op. On exception: DB rollback, a ROLLBACK
+        end: ``with producer.transaction(session) as txn``. An ``AsyncSession`` (or an
+        ``async_sessionmaker``) runs the same transaction in asyncio:
+        ``async with producer.transaction(session) as txn`` and ``await txn.send(...)``.
+
+        On normal exit: DB commit, then a COMMIT op. On exception: DB rollback, a ROLLBACK
         op, and the exception propagates. When the DB commit itself fails, the outcome may be
         unknown (a lost connection during COMMIT), so no op is written, the session's
         connections are closed (invalidated), and the checker resolves it from the evidence row.
@@ -80,51 +90,9 @@ class OutboxProducer:
             HalfSendError, InvalidMessageError, TransactionFencedError: from ``send()``.
             CommitInsideTransactionError: ``session.commit()`` was called inside.
             SendRolledBackError: a rollback inside undid work a half message was sent in.
+            WrongFormError: a Session in ``async with``, or an AsyncSession in ``with``.
         """
-        outer = current.get()
-        if outer is not None:  # nested: join the outer transaction
-            if isinstance(session, Session) and session is not outer.session:
-                raise ConfigurationError(
-                    f"a nested outbox transaction was given another session than the "
-                    f"transaction {outer.txn_id} it joins: its writes would commit apart from "
-                    "the outer transaction's messages; pass the outer session, or none"
-                )
-            yield outer
-            return
-        own = not isinstance(session, Session)
-        db = session() if callable(session) and own else session
-        if not isinstance(db, Session):
-            raise ConfigurationError(
-                f"producer.transaction() needs a SQLAlchemy Session or sessionmaker, got {db!r}"
-            )
-        txn = OutboxTransaction(self, on_sent=_on_sent(db))
-        txn.session = db
-        guard = SessionGuard.attach(db, txn.txn_id)
-        token = current.set(txn)
-        try:
-            yield txn
-            guard.check()
-            guard.committing()
-            self._commit(db, txn)
-        except BaseException:
-            if txn.state is None:
-                _rollback(db, txn)
-            raise
-        finally:
-            guard.detach()
-            current.reset(token)
-            if own:
-                db.close()
-
-    def _commit(self, db: Session, txn: OutboxTransaction) -> None:
-        try:
-            db.commit()
-        except BaseException:
-            txn.state = LocalTransactionState.UNKNOWN
-            log.warning("DB commit of transaction %s failed; leaving it to the checker", txn.txn_id)
-            _discard_connections(db, txn)
-            raise
-        txn.finish(LocalTransactionState.COMMIT)
+        return TransactionScope(self, session)
 
     def serve_checks(
         self,
@@ -150,20 +118,13 @@ class OutboxProducer:
             ConfigurationError: no secret (unless ``insecure_local``), or nothing to answer
                 with: neither engine nor resolver, and no transaction listener.
         """
-        if isinstance(secret, str):
-            secret = secret.encode()
-        check_settings = CheckSettings(secret=secret, insecure_local=insecure_local)
-        if resolver is None and engine is not None:
-            resolver = FencedResolver(
-                engine, self.settings.producer_group, lock_timeout_s=lock_timeout_s
+        if is_async_engine(engine):
+            raise WrongFormError(
+                "serve_checks() was given an AsyncEngine; serve an asyncio application's checks "
+                "with producer.check_app(engine=...), an ASGI app for its own event loop"
             )
-        if resolver is None and self._listener is None:
-            raise ConfigurationError(
-                "serve_checks needs engine= (your database) or resolver=, or a "
-                "TransactionalProducer created first (its listener answers its checks)"
-            )
-        values = OmittedValues(self._kafka_config(), self.settings.topics.half)
-        router = CheckRouter(resolver, self._listener_resolver, values)
+        check_settings = _check_settings(secret, insecure_local)
+        router = self._router(engine, resolver, lock_timeout_s, "serve_checks")
         instance_id = new_instance_id()
         server = CheckServer(check_settings, router, host, port, instance_id=instance_id)
         heartbeat = Heartbeat(
@@ -172,8 +133,72 @@ class OutboxProducer:
             version=_version(),
             instance_id=instance_id,
         )
-        self._services += [heartbeat.close, server.close, values.close]
+        self._services += [heartbeat.close, server.close, router.close]
         return server
+
+    def check_app(
+        self,
+        *,
+        advertise_url: str,
+        engine: sa.Engine | AsyncEngine | None = None,
+        resolver: Resolver | AsyncFencedResolver | None = None,
+        secret: bytes | str | None = None,
+        insecure_local: bool = False,
+        lock_timeout_s: float = 2.0,
+    ) -> CheckApp:
+        """The check endpoint as an ASGI app (:mod:`outbox.checks.asgi`) for an asyncio service.
+
+        Answers as :meth:`serve_checks` does; an ``AsyncEngine`` is answered from on the app's
+        event loop (:class:`~outbox.checks.async_resolver.AsyncFencedResolver`). Its heartbeat
+        announces ``advertise_url`` (where the checker reaches the app, with the prefix it is
+        mounted under) while the app runs: from the ASGI lifespan, or ``async with
+        app.running()`` in the service's own lifespan when mounted. Each process serving it
+        heartbeats an instance id of its own.
+
+        Raises:
+            ConfigurationError: no secret (unless ``insecure_local``), nothing to answer with,
+                or an ``advertise_url`` that is not an http(s) URL.
+        """
+        if not advertise_url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"advertise_url={advertise_url!r} is not an http(s) URL; give the URL the "
+                "checker reaches this service at, e.g. http://orders.shop.svc:8000"
+            )
+        if resolver is None and is_async_engine(engine):
+            resolver = AsyncFencedResolver(
+                engine,  # type: ignore[arg-type]
+                self.settings.producer_group,
+                lock_timeout_s=lock_timeout_s,
+            )
+        check_settings = _check_settings(secret, insecure_local)
+        router = self._router(engine, resolver, lock_timeout_s, "check_app")
+
+        def start() -> Callable[[], None]:
+            heartbeat = Heartbeat(self.settings, advertise_url, version=_version())
+            return heartbeat.close
+
+        app = CheckApp(check_settings, router, start=start)
+        self._services += [router.close]
+        return app
+
+    def _router(
+        self,
+        engine: Any,
+        resolver: Resolver | AsyncFencedResolver | None,
+        lock_timeout_s: float,
+        name: str,
+    ) -> CheckRouter:
+        if resolver is None and engine is not None:
+            resolver = FencedResolver(
+                engine, self.settings.producer_group, lock_timeout_s=lock_timeout_s
+            )
+        if resolver is None and self._listener is None:
+            raise ConfigurationError(
+                f"{name} needs engine= (your database) or resolver=, or a "
+                "TransactionalProducer created first (its listener answers its checks)"
+            )
+        values = OmittedValues(self._kafka_config(), self.settings.topics.half)
+        return CheckRouter(resolver, self._listener_resolver, values)
 
     def set_transaction_listener(
         self, listener: CheckingListener, *, answer_timeout_s: float = 5.0
@@ -225,43 +250,21 @@ class OutboxProducer:
         self.close()
 
 
+def _check_settings(secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
+    if isinstance(secret, str):
+        secret = secret.encode()
+    return CheckSettings(secret=secret, insecure_local=insecure_local)
+
+
+def is_async_engine(engine: object) -> bool:
+    try:
+        from sqlalchemy.ext.asyncio import AsyncEngine
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(engine, AsyncEngine)
+
+
 def _version() -> str:
     from outbox import __version__
 
     return __version__
-
-
-def _on_sent(db: Session) -> Callable[[OutboxTransaction, bool], None]:
-    """After each half send: the evidence row with the first, then the scopes to watch."""
-
-    def sent(txn: OutboxTransaction, first: bool) -> None:
-        if first:
-            write_evidence(db, txn.txn_id, txn.producer.settings.producer_group)
-        guard = SessionGuard.of(db)
-        if guard is not None:
-            guard.sent()
-
-    return sent
-
-
-def _discard_connections(db: Session, txn: OutboxTransaction) -> None:
-    """Close the connections of a session whose COMMIT failed, whatever they still hold.
-
-    SQLite keeps the transaction open, with its write lock, when a deferred constraint fails
-    at COMMIT, and SQLAlchemy, counting the transaction as ended, returns the connection to
-    its pool without a rollback: every later writer, the check's fence included, would wait
-    for that lock, and the check would answer UNKNOWN until the transaction is given up.
-    """
-    try:
-        db.invalidate()
-    except Exception:
-        log.exception("closing the connections of transaction %s failed", txn.txn_id)
-
-
-def _rollback(db: Session, txn: OutboxTransaction) -> None:
-    try:
-        db.rollback()
-    except Exception:
-        # The DB did not commit either way; the ROLLBACK op below is still the truth.
-        log.exception("DB rollback of transaction %s failed", txn.txn_id)
-    txn.finish(LocalTransactionState.ROLLBACK)

@@ -133,14 +133,14 @@ class OutboxSettings:
         if self.min_compaction_lag_ms < 0:
             raise ConfigurationError(
                 f"min_compaction_lag_ms={self.min_compaction_lag_ms!r} must be at least 0 "
-                f"({_variable('min_compaction_lag_ms')})"
+                f"({variable('min_compaction_lag_ms')})"
             )
         for name in ("half_retention_ms", "op_retention_ms"):
             value = getattr(self, name)
             if value != FOREVER and value < 1:
                 raise ConfigurationError(
                     f"{name}={value!r} must be positive, or -1 to keep records forever "
-                    f"({_variable(name)})"
+                    f"({variable(name)})"
                 )
         problem = op_retention_problem(
             self.op_retention_ms,
@@ -149,9 +149,9 @@ class OutboxSettings:
         )
         if problem is not None:
             raise ConfigurationError(
-                f"{problem}; set {_variable('op_retention_ms')} (now {self.op_retention_ms}) to "
-                f"at least {_variable('half_retention_ms')} and "
-                f"{_variable('min_compaction_lag_ms')}, or -1 (forever)"
+                f"{problem}; set {variable('op_retention_ms')} (now {self.op_retention_ms}) to "
+                f"at least {variable('half_retention_ms')} and "
+                f"{variable('min_compaction_lag_ms')}, or -1 (forever)"
             )
 
     @property
@@ -168,8 +168,3 @@ class OutboxSettings:
         return from_env(
             cls, ENV_PREFIX, env, overrides, required=("bootstrap_servers", "producer_group")
         )
-
-
-def _variable(name: str) -> str:
-    """The environment variable of field ``name`` (see :mod:`outbox.env`)."""
-    return ENV_PREFIX + name.upper()

@@ -1,7 +1,9 @@
 """One outbox transaction: its id, its half messages, and the op that ends it.
 
 The three public forms (decorator, context manager, RocketMQ-style producer) all drive this
-class; they differ only in how they run the local transaction.
+class; they differ only in how they run the local transaction. Their asyncio forms drive it too
+(:class:`outbox.async_transaction.AsyncOutboxTransaction`): what a send produces, which offsets
+it records and which op ends the transaction are decided here once, for both.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ class TransactionHost(Protocol):
 
     @property
     def partitions(self) -> int: ...
+
+    @property
+    def known_partitions(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,16 @@ class OutboxTransaction:
             InvalidMessageError: a bad message (a specific subclass); nothing was sent.
             HalfSendError: Kafka did not acknowledge them; the transaction must not commit.
         """
+        return self.send_messages(self.build_batch(messages, serializer), count=None)
+
+    def build_batch(
+        self, messages: Iterable[Message], serializer: Serializer | None = None
+    ) -> list[HalfMessage]:
+        """Validate and serialize messages without sending them.
+
+        Raises:
+            InvalidMessageError: a bad message (a specific subclass), or none at all.
+        """
         built = [
             self.build(
                 m.topic,
@@ -120,7 +135,7 @@ class OutboxTransaction:
         ]
         if not built:
             raise InvalidMessageError("send_batch needs at least one message")
-        return self.send_messages(built, count=None)
+        return built
 
     def build(
         self,
@@ -148,12 +163,21 @@ class OutboxTransaction:
 
     def send_messages(self, messages: Sequence[HalfMessage], count: int | None) -> HalfCoordinates:
         """Send validated messages as one batch (``count`` known: all of the transaction's)."""
+        batch = self.batch(messages, count)
+        first = not self.offsets
+        coordinates = self.acknowledged(self.producer.kafka.send_halves(batch))
+        if self._on_sent is not None:
+            self._on_sent(self, first)
+        return coordinates
+
+    def batch(self, messages: Sequence[HalfMessage], count: int | None) -> HalfBatch:
+        """The next half records to send: on the transaction's partition (chosen by the first
+        message's key), indexed after those acknowledged so far. One batch at a time: the next
+        one's indexes depend on this one's acknowledgement."""
         self._check_open()
-        first = self.partition is None
-        if first:
+        if self.partition is None:
             self.partition = self._choose_partition(messages[0])
-        assert self.partition is not None
-        batch = HalfBatch(
+        return HalfBatch(
             txn_id=self.txn_id,
             partition=self.partition,
             first_index=len(self.offsets),
@@ -162,9 +186,11 @@ class OutboxTransaction:
             check_immunity_s=self._check_immunity_s,
             check_by=self._check_by,
         )
-        self.offsets += self.producer.kafka.send_halves(batch)
-        if self._on_sent is not None:
-            self._on_sent(self, first)
+
+    def acknowledged(self, offsets: Sequence[int]) -> HalfCoordinates:
+        """Kafka acknowledged the last batch at ``offsets``."""
+        assert self.partition is not None
+        self.offsets += offsets
         return HalfCoordinates(self.partition, tuple(self.offsets))
 
     def _choose_partition(self, message: HalfMessage) -> int:
@@ -177,10 +203,18 @@ class OutboxTransaction:
         Returns:
             True when an op record was written (or none was needed).
         """
+        op = self.conclude(state)
+        if op is None:
+            return state is not LocalTransactionState.UNKNOWN
+        return self.producer.kafka.send_op(op)
+
+    def conclude(self, state: LocalTransactionState) -> OpRecord | None:
+        """Record the local outcome; the op that tells it, or None when there is nothing to
+        tell (no half sent, or the outcome is UNKNOWN: the checker finds it out)."""
         self.state = state
         if self.partition is None or state is LocalTransactionState.UNKNOWN:
-            return state is not LocalTransactionState.UNKNOWN
-        op = OpRecord(
+            return None
+        return OpRecord(
             txn_id=self.txn_id,
             state=OpState(state.value),
             producer_group=self.producer.settings.producer_group,
@@ -189,7 +223,6 @@ class OutboxTransaction:
             decided_by=DecidedBy.PRODUCER,
             decided_at_ms=int(time.time() * 1000),
         )
-        return self.producer.kafka.send_op(op)
 
     def _check_open(self) -> None:
         if self.state is not None:

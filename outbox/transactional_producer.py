@@ -7,19 +7,27 @@ decides the op. When no op arrives (UNKNOWN, or the process died), the checker a
 check endpoint, which hands the transaction's first half message to the listener's
 ``check_local_transaction`` (:mod:`outbox.checks.listener`): these transactions leave no evidence
 row, so the evidence table never answers for them.
+
+:class:`AsyncTransactionalProducer` is the same in asyncio: the half messages are awaited, and a
+listener's ``execute_local_transaction`` (and ``check_local_transaction``) may be coroutine
+functions, awaited on the application's event loop; a plain function runs in a worker thread, as
+it is the application's blocking work.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.checks.listener import CheckingListener
 from outbox.errors import InvalidMessageError
-from outbox.message import Message, message_headers
+from outbox.message import Message, MessageView, message_headers
 from outbox.producer import OutboxProducer
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.states import CheckBy, LocalTransactionState
@@ -35,6 +43,19 @@ class TransactionListener(CheckingListener, Protocol):
     def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
         """Run the local transaction for ``msg`` (the first message sent) and say how it
         ended; UNKNOWN (or an exception) leaves it to the check."""
+        ...
+
+
+class AsyncTransactionListener(Protocol):
+    """A listener whose methods are coroutine functions (either may also be a plain one)."""
+
+    async def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        """As :meth:`TransactionListener.execute_local_transaction`, awaited."""
+        ...
+
+    async def check_local_transaction(self, msg: MessageView) -> LocalTransactionState:
+        """As :meth:`CheckingListener.check_local_transaction`, awaited on the loop the
+        producer sends from."""
         ...
 
 
@@ -97,28 +118,16 @@ class TransactionalProducer:
             InvalidMessageError: bad input; nothing was sent and the local transaction not run.
             HalfSendError: not acknowledged; the local transaction was not run.
         """
-        messages = [msg] if isinstance(msg, Message) else list(msg)
-        if not messages:
-            raise InvalidMessageError("send_message_in_transaction needs at least one message")
+        messages = _messages(msg)
         txn = OutboxTransaction(
             self.producer, check_immunity_s=check_immunity_s, check_by=CheckBy.LISTENER
         )
-        halves = [self._build(txn, m) for m in messages]
+        halves = [_build(txn, m) for m in messages]
         with self._checks.executing(txn.txn_id):
             coordinates = txn.send_messages(halves, count=len(halves))
             state = self._execute(txn, messages[0], arg)
             written = txn.finish(state)
-        return TransactionSendResult(
-            send_status=SendStatus.SEND_OK,
-            transaction_id=txn.txn_id,
-            local_transaction_state=state,
-            half=coordinates,
-            op_written=written,
-        )
-
-    def _build(self, txn: OutboxTransaction, m: Message) -> HalfMessage:
-        delay = m.delay_level if m.delay_level is not None else m.deliver_at_ms
-        return txn.build(m.topic, m.value, m.key, message_headers(m), delay=delay)
+        return TransactionSendResult(SendStatus.SEND_OK, txn.txn_id, state, coordinates, written)
 
     def _execute(self, txn: OutboxTransaction, msg: Message, arg: Any) -> LocalTransactionState:
         try:
@@ -126,12 +135,93 @@ class TransactionalProducer:
         except Exception:
             log.exception("execute_local_transaction of %s raised; state UNKNOWN", txn.txn_id)
             return LocalTransactionState.UNKNOWN
-        if not isinstance(state, LocalTransactionState):
-            log.error(
-                "execute_local_transaction of %s returned %r, not a LocalTransactionState; "
-                "treating it as UNKNOWN",
-                txn.txn_id,
-                state,
-            )
+        return _checked(txn.txn_id, state)
+
+
+class AsyncTransactionalProducer:
+    """:class:`TransactionalProducer` for asyncio: ``await
+    producer.send_message_in_transaction(msg, arg)``. The listener's methods may be coroutine
+    functions (awaited) or plain ones (run in a worker thread, so the loop never waits on them).
+    """
+
+    def __init__(
+        self,
+        producer: OutboxProducer,
+        listener: AsyncTransactionListener | TransactionListener,
+        *,
+        answer_timeout_s: float = 5.0,
+    ) -> None:
+        self.producer = producer
+        self.listener = listener
+        self._checks = producer.set_transaction_listener(
+            listener,  # type: ignore[arg-type]  # an async check is awaited by the resolver
+            answer_timeout_s=answer_timeout_s,
+        )
+
+    async def send_message_in_transaction(
+        self,
+        msg: Message | Sequence[Message],
+        arg: Any = None,
+        *,
+        check_immunity_s: int | None = None,
+    ) -> TransactionSendResult:
+        """As :meth:`TransactionalProducer.send_message_in_transaction`, awaited.
+
+        Raises:
+            InvalidMessageError: bad input; nothing was sent and the local transaction not run.
+            HalfSendError: not acknowledged; the local transaction was not run.
+        """
+        messages = _messages(msg)
+        # The listener's async check_local_transaction runs on this loop (the check endpoint
+        # answers from its own thread).
+        self._checks.loop = asyncio.get_running_loop()
+        if self.producer.known_partitions is None:  # read once per producer: blocking
+            await asyncio.to_thread(lambda: self.producer.partitions)
+        txn = AsyncOutboxTransaction(
+            self.producer, check_immunity_s=check_immunity_s, check_by=CheckBy.LISTENER
+        )
+        halves = [_build(txn.core, m) for m in messages]
+        with self._checks.executing(txn.txn_id):
+            coordinates = await txn.send_messages(halves, count=len(halves))
+            state = await self._execute(txn.txn_id, messages[0], arg)
+            written = await txn.finish(state)
+        return TransactionSendResult(SendStatus.SEND_OK, txn.txn_id, state, coordinates, written)
+
+    async def _execute(self, txn_id: str, msg: Message, arg: Any) -> LocalTransactionState:
+        execute = self.listener.execute_local_transaction
+        try:
+            if inspect.iscoroutinefunction(execute):
+                state: Any = await execute(msg, arg)
+            else:
+                state = await asyncio.to_thread(execute, msg, arg)
+                if inspect.isawaitable(state):  # a plain function returning an awaitable
+                    state = await state
+        except Exception:
+            log.exception("execute_local_transaction of %s raised; state UNKNOWN", txn_id)
             return LocalTransactionState.UNKNOWN
-        return state
+        return _checked(txn_id, state)
+
+
+def _messages(msg: Message | Sequence[Message]) -> list[Message]:
+    messages = [msg] if isinstance(msg, Message) else list(msg)
+    if not messages:
+        raise InvalidMessageError("send_message_in_transaction needs at least one message")
+    return messages
+
+
+def _build(txn: OutboxTransaction, m: Message) -> HalfMessage:
+    delay = m.delay_level if m.delay_level is not None else m.deliver_at_ms
+    return txn.build(m.topic, m.value, m.key, message_headers(m), delay=delay)
+
+
+def _checked(txn_id: str, state: object) -> LocalTransactionState:
+    """The listener's answer, or UNKNOWN (logged) when it is not a LocalTransactionState."""
+    if not isinstance(state, LocalTransactionState):
+        log.error(
+            "execute_local_transaction of %s returned %r, not a LocalTransactionState; "
+            "treating it as UNKNOWN",
+            txn_id,
+            state,
+        )
+        return LocalTransactionState.UNKNOWN
+    return state

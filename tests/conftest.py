@@ -49,6 +49,7 @@ def spark(harness_settings: HarnessSettings) -> Iterator[object]:
 
 # Fixtures shared by the producer, relay and checker tests.
 from tests.producer_fixtures import (  # noqa: E402, F401
+    doomed_kafka,
     engine,
     outbox_settings,
     producer,

@@ -12,6 +12,7 @@ from sqlalchemy.orm import sessionmaker
 
 from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
 from outbox.protocol import HalfRecord, OpRecord, decode_half, decode_op
+from outbox.testing import HarnessSettings, RunningService, start_kafka
 from tests.kafka_helpers import unique, watermarks
 
 orders_metadata = sa.MetaData()
@@ -44,6 +45,14 @@ def outbox_settings(kafka_bootstrap: str) -> OutboxSettings:
 def producer(outbox_settings: OutboxSettings) -> Iterator[OutboxProducer]:
     with OutboxProducer(outbox_settings) as p:
         yield p
+
+
+@pytest.fixture
+def doomed_kafka(harness_settings: HarnessSettings) -> Iterator[RunningService]:
+    """A broker of this test's own, so stopping it disturbs nobody else."""
+    service = start_kafka(harness_settings, provider="local")
+    yield service
+    service.stop()
 
 
 @pytest.fixture

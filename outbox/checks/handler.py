@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from outbox.checks.auth import ReplayGuard, verify
 from outbox.checks.resolver import Resolver
 from outbox.errors import ConfigurationError, ProtocolError
-from outbox.protocol.check import CHECK_PATH, decode_request, encode_reply
+from outbox.protocol.check import CHECK_PATH, CheckRequest, decode_request, encode_reply
 from outbox.protocol.states import LocalTransactionState
 
 log = logging.getLogger("outbox.checks")
@@ -87,6 +88,16 @@ class CheckHandler:
         self._replays = ReplayGuard(settings.max_skew_s)
 
     def handle(self, *, method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
+        admitted = self.admit(method=method, path=path, headers=headers, body=body)
+        if isinstance(admitted, Response):
+            return admitted
+        return self.answer(admitted, self.resolver.resolve(admitted.transactions))
+
+    def admit(
+        self, *, method: str, path: str, headers: dict[str, str], body: bytes
+    ) -> Response | CheckRequest:
+        """The request to answer, or the refusal; touches no database (the asyncio endpoint
+        runs it on its loop and awaits the resolver apart)."""
         if path != CHECK_PATH:
             return _error(404, f"no such endpoint {path!r}; checks go to {CHECK_PATH}")
         if method.upper() != "POST":
@@ -116,7 +127,12 @@ class CheckHandler:
                 f"{len(request.transactions)} ids is more than the batch limit of "
                 f"{self.settings.max_batch}",
             )
-        states = self.resolver.resolve(request.transactions)
+        return request
+
+    def answer(
+        self, request: CheckRequest, states: Mapping[str, LocalTransactionState]
+    ) -> Response:
+        """The reply: a state for every id asked about (a missing one is UNKNOWN)."""
         unknown = LocalTransactionState.UNKNOWN
         return Response(200, encode_reply({t: states.get(t, unknown) for t in request.txn_ids}))
 

@@ -17,14 +17,16 @@ another instance of the group (RocketMQ's rule; ``check_immunity_s`` delays the 
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Protocol
+from typing import Any, Protocol
 
 from outbox.message import MessageView
 from outbox.protocol.check import CheckedTransaction
@@ -34,7 +36,8 @@ from outbox.protocol.states import LocalTransactionState
 State = LocalTransactionState
 log = logging.getLogger("outbox.checks")
 
-CheckFunction = Callable[[MessageView], LocalTransactionState]
+#: The application's check: a plain function, or a coroutine function (awaited on ``loop``).
+CheckFunction = Callable[[MessageView], LocalTransactionState | Awaitable[LocalTransactionState]]
 
 
 class CheckingListener(Protocol):
@@ -57,6 +60,10 @@ class FunctionResolver:
             Defaults to 5 s, half the checker's request timeout.
         max_running: calls that may still be running past their timeout before new checks are
             answered UNKNOWN without a call (a hung lookup must not take a thread per check).
+
+    A coroutine function's answer is awaited on :attr:`loop`, the application's event loop (the
+    asyncio producers set it; its database engine's connections belong to it), else on a loop
+    of the answering thread's own.
     """
 
     #: Needs the half messages: values the checker left out are read back first.
@@ -71,6 +78,8 @@ class FunctionResolver:
         self._executing: Counter[str] = Counter()
         self._running = 0
         self._lock = threading.Lock()
+        #: The event loop an async ``check`` runs on.
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @contextmanager
     def executing(self, txn_id: str) -> Iterator[None]:
@@ -149,7 +158,9 @@ class FunctionResolver:
 
     def _ask(self, message: MessageView) -> State:
         try:
-            answer = self.check(message)
+            answer: Any = self.check(message)
+            if inspect.isawaitable(answer):
+                answer = self._await(answer)
         except Exception:
             log.exception("check_local_transaction raised for %s; UNKNOWN", message.transaction_id)
             return State.UNKNOWN
@@ -162,6 +173,17 @@ class FunctionResolver:
             )
             return State.UNKNOWN
         return answer
+
+    def _await(self, answer: Awaitable[State]) -> State:
+        """Run an async check's answer to its end from this (answering) thread."""
+
+        async def run() -> State:
+            return await answer
+
+        loop = self.loop
+        if loop is not None and loop.is_running():
+            return asyncio.run_coroutine_threadsafe(run(), loop).result()
+        return asyncio.run(run())
 
 
 def view(half: HalfRecord, check_times: int) -> MessageView:

@@ -53,30 +53,37 @@ class FencedResolver:
         self.lock_timeout_s = lock_timeout_s
 
     def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
+        with self.engine.connect() as conn:
+            return self.resolve_on(conn, checks)
+
+    def resolve_on(
+        self, conn: sa.Connection, checks: Sequence[CheckedTransaction]
+    ) -> dict[str, State]:
+        """:meth:`resolve` on one connection (the asyncio resolver runs it through
+        ``AsyncConnection.run_sync``: one way of answering for both)."""
         txn_ids = [c.txn_id for c in checks]
-        known = self._known(txn_ids)
+        known = self._known(conn, txn_ids)
         answers = {t: _state(known[t]) for t in txn_ids if t in known}
         missing = [t for t in txn_ids if t not in answers]
         if missing:
-            horizon = self._horizon()
+            horizon = pruned_before_ms(conn)
+            conn.rollback()  # end the read: each fence is a transaction of its own
             for txn_id in missing:
                 answers[txn_id] = (
-                    State.UNKNOWN if _maybe_pruned(txn_id, horizon) else self._fence(txn_id)
+                    State.UNKNOWN if _maybe_pruned(txn_id, horizon) else self._fence(conn, txn_id)
                 )
         return answers
 
-    def _known(self, txn_ids: Sequence[str]) -> dict[str, str]:
+    def _known(self, conn: sa.Connection, txn_ids: Sequence[str]) -> dict[str, str]:
         query = sa.select(evidence_table.c.txn_id, evidence_table.c.kind).where(
             evidence_table.c.txn_id.in_(list(txn_ids))
         )
-        with self.engine.connect() as conn:
+        try:
             return {row.txn_id: row.kind for row in conn.execute(query)}
+        finally:
+            conn.rollback()
 
-    def _horizon(self) -> int | None:
-        with self.engine.connect() as conn:
-            return pruned_before_ms(conn)
-
-    def _fence(self, txn_id: str) -> State:
+    def _fence(self, conn: sa.Connection, txn_id: str) -> State:
         row = {
             "txn_id": txn_id,
             "kind": FENCE,
@@ -84,12 +91,12 @@ class FencedResolver:
             "created_at": dt.datetime.now(dt.UTC),
         }
         try:
-            with self.engine.begin() as conn, self._bounded_wait(conn):
+            with conn.begin(), self._bounded_wait(conn):
                 conn.execute(evidence_table.insert(), [row])
             return State.ROLLBACK
         except sa.exc.IntegrityError:
             # The transaction committed its evidence while we waited (or a fence exists).
-            kind = self._known([txn_id]).get(txn_id)
+            kind = self._known(conn, [txn_id]).get(txn_id)
             return _state(kind) if kind else State.UNKNOWN
         except sa.exc.OperationalError:
             # Lock wait ran out (PG lock_timeout, SQLite busy): the transaction is still running.

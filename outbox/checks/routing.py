@@ -10,18 +10,24 @@ not know, the answer is UNKNOWN (and the check is repeated).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.resolver import Resolver, State
+from outbox.errors import ConfigurationError
 from outbox.fetch import HalfFetcher
 from outbox.protocol.check import CheckedTransaction
 from outbox.protocol.states import CheckBy
 
 log = logging.getLogger("outbox.checks")
+
+#: What answers evidence checks: a synchronous resolver, or the asyncio one.
+AnyResolver = Resolver | AsyncFencedResolver
 
 
 class CheckRouter:
@@ -37,7 +43,7 @@ class CheckRouter:
 
     def __init__(
         self,
-        evidence: Resolver | None,
+        evidence: AnyResolver | None,
         listener: Callable[[], Resolver | None],
         values: OmittedValues | None = None,
     ) -> None:
@@ -46,31 +52,71 @@ class CheckRouter:
         self.values = values
 
     def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
+        answers, parts = self._split(checks)
+        for resolver, part in parts:
+            if isinstance(resolver, AsyncFencedResolver):
+                raise ConfigurationError(
+                    "an AsyncFencedResolver answers on its application's event loop: serve it "
+                    "with producer.check_app(...) (ASGI), not the threaded serve_checks()"
+                )
+            answers |= resolver.resolve(self._complete(resolver, part))
+        return answers
+
+    async def resolve_async(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
+        """:meth:`resolve` from an event loop: an asyncio resolver is awaited, everything that
+        blocks (a synchronous resolver, the listener, reading back omitted values) runs in a
+        worker thread."""
+        answers, parts = self._split(checks)
+        for resolver, part in parts:
+            if isinstance(resolver, AsyncFencedResolver):
+                answers |= await resolver.resolve(part)
+            else:
+                answers |= await asyncio.to_thread(self._resolve_blocking, resolver, part)
+        return answers
+
+    def _split(
+        self, checks: Sequence[CheckedTransaction]
+    ) -> tuple[dict[str, State], list[tuple[AnyResolver, list[CheckedTransaction]]]]:
+        """Answers known without asking (UNKNOWN), and each answerer with its checks."""
         by_evidence = [c for c in checks if c.check_by == CheckBy.EVIDENCE]
         by_listener = [c for c in checks if c.check_by == CheckBy.LISTENER]
         answers = {c.txn_id: State.UNKNOWN for c in checks if c.check_by not in tuple(CheckBy)}
         for txn_id in answers:
             log.error("the check of %s names an answerer this version does not know", txn_id)
-        answers |= self._ask(self.evidence, by_evidence, "no evidence resolver (engine=)")
-        answers |= self._ask(
-            self.listener(),
-            by_listener,
-            "no TransactionListener here: create the TransactionalProducer in every process "
-            "of the group that serves checks",
-        )
-        return answers
+        parts: list[tuple[AnyResolver, list[CheckedTransaction]]] = []
+        for resolver, part, missing in (
+            (self.evidence, by_evidence, "no evidence resolver (engine=)"),
+            (
+                self.listener(),
+                by_listener,
+                "no TransactionListener here: create the TransactionalProducer in every "
+                "process of the group that serves checks",
+            ),
+        ):
+            if not part:
+                continue
+            if resolver is None:
+                log.error("%d checks answered UNKNOWN: %s", len(part), missing)
+                answers |= {c.txn_id: State.UNKNOWN for c in part}
+            else:
+                parts.append((resolver, part))
+        return answers, parts
 
-    def _ask(
-        self, resolver: Resolver | None, checks: list[CheckedTransaction], missing: str
+    def close(self) -> None:
+        if self.values is not None:
+            self.values.close()
+
+    def _resolve_blocking(
+        self, resolver: Resolver, checks: list[CheckedTransaction]
     ) -> dict[str, State]:
-        if not checks:
-            return {}
-        if resolver is None:
-            log.error("%d checks answered UNKNOWN: %s", len(checks), missing)
-            return {c.txn_id: State.UNKNOWN for c in checks}
+        return resolver.resolve(self._complete(resolver, checks))
+
+    def _complete(
+        self, resolver: Resolver, checks: list[CheckedTransaction]
+    ) -> list[CheckedTransaction]:
         if self.values is not None and getattr(resolver, "needs_messages", True):
-            checks = [self.values.complete(c) for c in checks]
-        return resolver.resolve(checks)
+            return [self.values.complete(c) for c in checks]
+        return checks
 
 
 class OmittedValues:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,18 +11,10 @@ from sqlalchemy.orm import sessionmaker
 
 import outbox
 from outbox import OutboxProducer, OutboxSettings, ensure_topics
-from outbox.testing import HarnessSettings, RunningService, start_kafka
+from outbox.testing import RunningService
 from tests.producer_fixtures import evidence_ids, order_ids, orders
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def doomed_kafka(harness_settings: HarnessSettings) -> Iterator[RunningService]:
-    """A broker of this test's own, so stopping it disturbs nobody else."""
-    service = start_kafka(harness_settings, provider="local")
-    yield service
-    service.stop()
 
 
 def test_half_send_failure_with_the_broker_stopped_runs_no_local_transaction(

@@ -1,0 +1,154 @@
+"""One outbox transaction in asyncio: the same transaction, its sends awaited.
+
+:class:`AsyncOutboxTransaction` drives an :class:`~outbox.transaction.OutboxTransaction`, which
+decides what each send produces, the offsets it records and the op that ends the transaction:
+the records, the evidence row and the op are those of the synchronous forms. Only the waiting
+differs: a half send's acknowledgement is awaited as a future (:mod:`outbox.acks`), the evidence
+row is written through ``AsyncSession.run_sync``, and an op the settings say to wait for is
+awaited too, so the event loop never blocks on Kafka.
+
+Sends of one transaction run one after another (a lock): the next batch's message indexes follow
+the acknowledged ones, so two sends started together (``asyncio.gather``) still number their
+messages in order, as in the synchronous forms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from outbox.errors import SendNotAwaitedError
+from outbox.message import Headers, Message, Serializer
+from outbox.protocol.half import HalfMessage
+from outbox.protocol.states import CheckBy, LocalTransactionState
+from outbox.transaction import HalfCoordinates, OutboxTransaction, TransactionHost
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+#: After each acknowledged send: the transaction, and whether it was its first.
+OnSent = Callable[[OutboxTransaction, bool], Awaitable[None]]
+
+
+class AsyncOutboxTransaction:
+    """Collects half messages (awaited) and, once the local outcome is known, writes the op."""
+
+    def __init__(
+        self,
+        producer: TransactionHost,
+        *,
+        on_sent: OnSent | None = None,
+        check_immunity_s: int | None = None,
+        check_by: CheckBy = CheckBy.EVIDENCE,
+    ) -> None:
+        self.core = OutboxTransaction(
+            producer, check_immunity_s=check_immunity_s, check_by=check_by
+        )
+        #: The local transaction's session (decorator and context-manager forms).
+        self.session: AsyncSession | None = None
+        self._on_sent = on_sent
+        self._sending = asyncio.Lock()
+        #: ``outbox.send()`` results not awaited yet (:mod:`outbox.sending`).
+        self.unawaited: set[object] = set()
+
+    @property
+    def txn_id(self) -> str:
+        return self.core.txn_id
+
+    @property
+    def state(self) -> LocalTransactionState | None:
+        return self.core.state
+
+    @property
+    def coordinates(self) -> HalfCoordinates | None:
+        return self.core.coordinates
+
+    async def send(
+        self,
+        topic: str,
+        value: Any,
+        key: Any = None,
+        headers: Headers | None = None,
+        *,
+        serializer: Serializer | None = None,
+        delay: Any = None,
+    ) -> HalfCoordinates:
+        """Send one half message and await its acknowledgement.
+
+        Raises:
+            InvalidMessageError: bad input (a specific subclass); nothing was sent.
+            HalfSendError: Kafka did not acknowledge it; the transaction must not commit.
+            TransactionFencedError: a check fenced this transaction id (first send only).
+        """
+        message = self.core.build(topic, value, key, headers, serializer=serializer, delay=delay)
+        return await self.send_messages([message], count=None)
+
+    async def send_batch(
+        self, messages: Iterable[Message], *, serializer: Serializer | None = None
+    ) -> HalfCoordinates:
+        """Send several half messages at once and await all their acknowledgements together.
+
+        Raises:
+            InvalidMessageError: a bad message (a specific subclass); nothing was sent.
+            HalfSendError: Kafka did not acknowledge them; the transaction must not commit.
+        """
+        return await self.send_messages(self.build_batch(messages, serializer), count=None)
+
+    def build_batch(
+        self, messages: Iterable[Message], serializer: Serializer | None = None
+    ) -> list[HalfMessage]:
+        """Validate and serialize messages without sending them (see
+        :meth:`OutboxTransaction.build_batch`)."""
+        return self.core.build_batch(messages, serializer)
+
+    def build(
+        self,
+        topic: Any,
+        value: Any,
+        key: Any = None,
+        headers: Headers | None = None,
+        *,
+        serializer: Serializer | None = None,
+        delay: Any = None,
+    ) -> HalfMessage:
+        """Validate and serialize a message without sending it."""
+        return self.core.build(topic, value, key, headers, serializer=serializer, delay=delay)
+
+    async def send_messages(
+        self, messages: list[HalfMessage], count: int | None
+    ) -> HalfCoordinates:
+        """Send validated messages as one batch (``count`` known: all of the transaction's)."""
+        async with self._sending:
+            batch = self.core.batch(messages, count)
+            first = not self.core.offsets
+            offsets = await self.core.producer.kafka.send_halves_async(batch)
+            coordinates = self.core.acknowledged(offsets)
+            if self._on_sent is not None:
+                await self._on_sent(self.core, first)
+            return coordinates
+
+    def check_awaited(self) -> None:
+        """Raise, before the commit, when an ``outbox.send()`` of this transaction was never
+        awaited: its message was never sent.
+
+        Raises:
+            SendNotAwaitedError: naming how many.
+        """
+        if self.unawaited:
+            raise SendNotAwaitedError(
+                f"transaction {self.txn_id}: {len(self.unawaited)} outbox.send() call(s) in this "
+                "asyncio transaction were never awaited, so their messages were never sent; "
+                "write `await outbox.send(...)`. The transaction is rolled back"
+            )
+
+    async def finish(self, state: LocalTransactionState) -> bool:
+        """Record the local outcome; write the op for COMMIT/ROLLBACK when halves were sent.
+
+        Returns:
+            True when an op record was written (or none was needed).
+        """
+        op = self.core.conclude(state)
+        if op is None:
+            return state is not LocalTransactionState.UNKNOWN
+        return await self.core.producer.kafka.send_op_async(op)

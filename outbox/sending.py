@@ -1,0 +1,118 @@
+"""``outbox.send()`` and ``outbox.send_batch()``: a message in the current transaction, whichever
+form runs it.
+
+Inside a synchronous transaction the call sends and waits for the acknowledgement before it
+returns. Inside an asyncio transaction it returns at once and the send runs when the result is
+awaited (``await outbox.send(...)``): the caller's task waits, the event loop does not. So both
+forms write ``outbox.send(...)``, and the asyncio one awaits it. A send that is never awaited
+sends nothing, and the transaction refuses to commit without it
+(:class:`~outbox.errors.SendNotAwaitedError`): a message the code meant to send is never dropped
+silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Generator, Iterable
+from typing import Any
+
+from outbox.async_transaction import AsyncOutboxTransaction
+from outbox.errors import NoActiveTransactionError
+from outbox.message import Headers, Message, Serializer
+from outbox.scope import current
+from outbox.transaction import HalfCoordinates, OutboxTransaction
+
+Start = Callable[[], Coroutine[Any, Any, HalfCoordinates]]
+
+
+class Sending:
+    """What ``outbox.send()`` returns: awaited, the coordinates of the transaction's half records
+    (an asyncio transaction sends then; a synchronous one had sent already)."""
+
+    def __init__(
+        self,
+        done: HalfCoordinates | None = None,
+        *,
+        start: Start | None = None,
+        txn: AsyncOutboxTransaction | None = None,
+    ) -> None:
+        self._done = done
+        self._start = start
+        self._txn = txn
+        if txn is not None:
+            txn.unawaited.add(self)
+
+    @property
+    def coordinates(self) -> HalfCoordinates:
+        """Where the half records are (a synchronous send; an asyncio one once awaited).
+
+        Raises:
+            NoActiveTransactionError: an asyncio send not awaited yet.
+        """
+        if self._done is None:
+            raise NoActiveTransactionError(
+                "this asyncio send has not run yet: `await outbox.send(...)` first"
+            )
+        return self._done
+
+    def __await__(self) -> Generator[Any, None, HalfCoordinates]:
+        if self._start is not None:
+            start, self._start = self._start, None
+            if self._txn is not None:
+                self._txn.unawaited.discard(self)
+            self._done = yield from start().__await__()
+        if self._done is None:
+            raise NoActiveTransactionError("this send is already being awaited elsewhere")
+        return self._done
+
+
+def send(
+    topic: str,
+    value: Any,
+    key: Any = None,
+    headers: Headers | None = None,
+    *,
+    serializer: Serializer | None = None,
+    delay: Any = None,
+) -> Sending:
+    """Send a half message in the current transaction (see :meth:`OutboxTransaction.send`);
+    in an asyncio transaction, ``await`` it.
+
+    Raises:
+        NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
+    """
+    txn = current_transaction()
+    if isinstance(txn, AsyncOutboxTransaction):
+        # validated now, as the synchronous form does: a bad message fails where it is sent
+        message = txn.build(topic, value, key, headers, serializer=serializer, delay=delay)
+        return Sending(start=lambda: txn.send_messages([message], count=None), txn=txn)
+    return Sending(txn.send(topic, value, key, headers, serializer=serializer, delay=delay))
+
+
+def send_batch(messages: Iterable[Message], *, serializer: Serializer | None = None) -> Sending:
+    """Send several half messages in the current transaction, waiting once for all of them
+    (see :meth:`OutboxTransaction.send_batch`); in an asyncio transaction, ``await`` it.
+
+    Raises:
+        NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
+    """
+    txn = current_transaction()
+    if isinstance(txn, AsyncOutboxTransaction):
+        built = txn.build_batch(messages, serializer)  # validated now, as in the other form
+        return Sending(start=lambda: txn.send_messages(built, count=None), txn=txn)
+    return Sending(txn.send_batch(messages, serializer=serializer))
+
+
+def current_transaction() -> OutboxTransaction | AsyncOutboxTransaction:
+    """The transaction this code runs in.
+
+    Raises:
+        NoActiveTransactionError: there is none.
+    """
+    txn = current.get()
+    if txn is None:
+        raise NoActiveTransactionError(
+            "outbox.send() was called outside a transaction; call it inside a function decorated "
+            "with @outbox.transactional or inside `with producer.transaction(...)` (`async with` "
+            "for an AsyncSession)"
+        )
+    return txn

@@ -1,0 +1,41 @@
+"""How an application calls the public API, checked by ``mypy --strict`` (test_typing.py):
+typing mistakes in the decorator's signatures show up here as errors in user code."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
+
+import outbox
+from outbox import AsyncOutboxTransaction, HalfCoordinates, OutboxProducer, OutboxTransaction
+
+
+def setup(producer: OutboxProducer, factory: sessionmaker[Session]) -> None:
+    @outbox.transactional(producer=producer, session_factory=factory)
+    def place_order(order_id: str, session: Session = outbox.INJECTED) -> str:
+        outbox.send("orders", order_id, key=order_id)
+        return order_id
+
+    placed: str = place_order("o1")
+    print(placed)
+    with producer.transaction(factory) as txn:
+        sync_txn: OutboxTransaction = txn
+        where: HalfCoordinates = txn.send("orders", b"x")
+        print(sync_txn, where)
+
+
+async def setup_async(producer: OutboxProducer, factory: async_sessionmaker[AsyncSession]) -> None:
+    @outbox.transactional(producer=producer, session_factory=factory)
+    async def place_order(order_id: str, session: AsyncSession = outbox.INJECTED) -> str:
+        session.add_all([])
+        coordinates: HalfCoordinates = await outbox.send("orders", order_id, key=order_id)
+        await outbox.send_batch([outbox.Message("orders", order_id)])
+        print(coordinates)
+        return order_id
+
+    placed: str = await place_order("o1")
+    print(placed)
+    async with producer.transaction(factory) as txn:
+        async_txn: AsyncOutboxTransaction = txn
+        where: HalfCoordinates = await txn.send("orders", b"x")
+        print(async_txn, where)
