@@ -5,6 +5,9 @@ A local database transaction and the messages sent inside it either both happen 
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.consumer import Deduplicator
 from outbox.decorator import INJECTED, configure, transactional
@@ -49,6 +52,15 @@ from outbox.transactional_producer import (
 )
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """``outbox.migrations`` right after ``import outbox``, without importing Alembic for every
+    producer that never migrates from code."""
+    if name == "migrations":
+        return importlib.import_module("outbox.migrations")
+    raise AttributeError(f"module 'outbox' has no attribute {name!r}")
+
 
 __all__ = [
     "INJECTED",

@@ -27,6 +27,19 @@ PRUNE_RETENTION_S = 14 * 24 * 3600.0
 PASS_THROUGH = ("audit", "demo")
 
 
+def version() -> str:
+    """The installed distribution's version (the package's own when run from a checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("kafka-outbox")
+    except PackageNotFoundError:
+        from outbox import __version__
+
+        return __version__
+
+
 def exit_codes_epilog() -> str:
     lines = ["exit codes:"]
     for code, meaning in EXIT_CODES:
@@ -44,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _common(parser, top=True)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _topics(commands)
     migrate = _add(commands, "migrate", "create or upgrade the outbox tables (Alembic) in a DB")

@@ -91,3 +91,22 @@ def test_the_console_script_is_installed_and_returns_the_exit_code() -> None:
         [sys.executable, "-m", "outbox_cli", "--help"], capture_output=True, text=True, check=False
     )
     assert module.returncode == 0 and "exit codes:" in module.stdout
+
+
+def test_version_prints_the_installed_version(cli: Cli) -> None:
+    from importlib.metadata import version
+
+    result = cli("--version")
+    assert result.code == 0
+    assert result.out.strip() == f"kafka-outbox {version('kafka-outbox')}"
+
+
+def test_migrations_are_reachable_right_after_import_outbox() -> None:
+    """The README's `outbox.migrations.upgrade(url)` after `import outbox` (an AttributeError
+    before), without importing Alembic for a producer that never migrates from code."""
+    code = (
+        "import sys, outbox; assert 'alembic' not in sys.modules; "
+        "assert callable(outbox.migrations.upgrade); print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr
