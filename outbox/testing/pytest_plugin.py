@@ -1,6 +1,8 @@
 """pytest fixtures that hand tests real services, started once per session.
 
-Loaded automatically (entry point ``pytest11``) where ``kafka-outbox[testing]`` is installed.
+Opt-in (installing ``kafka-outbox[testing]`` loads nothing into anyone's test run): ``pytest -p
+outbox.testing.pytest_plugin``, or ``addopts = "-p outbox.testing.pytest_plugin"`` in the pytest
+settings, or ``pytest_plugins = ["outbox.testing.pytest_plugin"]`` in the root ``conftest.py``.
 
 Fixtures: ``kafka_bootstrap``, ``postgres_url``, ``sqlite_url``, ``db_url`` (parametrised over
 PostgreSQL and SQLite), the ``kafka_service`` / ``postgres_service`` handles, and

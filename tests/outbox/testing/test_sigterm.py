@@ -33,7 +33,10 @@ def test_a_session_ended_by_sigterm_tears_its_services_down(tmp_path: Path) -> N
     test_file = tmp_path / "test_hang.py"
     test_file.write_text(SESSION.format(mark=str(mark)))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        [
+            *(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"),
+            *("-p", "outbox.testing.pytest_plugin", str(test_file)),  # the plugin, opted in
+        ],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
