@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from outbox.errors import SendNotAwaitedError
+from outbox.errors import NoActiveTransactionError, SendNotAwaitedError
 from outbox.message import Headers, Message, Serializer
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.states import CheckBy, LocalTransactionState
@@ -49,6 +49,7 @@ class AsyncOutboxTransaction:
         self.session: AsyncSession | None = None
         self._on_sent = on_sent
         self._sending = asyncio.Lock()
+        self._closed = False
         #: ``outbox.send()`` results not awaited yet (:mod:`outbox.sending`).
         self.unawaited: set[object] = set()
 
@@ -120,21 +121,40 @@ class AsyncOutboxTransaction:
     ) -> HalfCoordinates:
         """Send validated messages as one batch (``count`` known: all of the transaction's)."""
         async with self._sending:
+            if self._closed:
+                raise NoActiveTransactionError(
+                    f"transaction {self.txn_id} is ending: a send started after its block "
+                    "returned or raised (a task left running?) is refused; send inside its scope"
+                )
             batch = self.core.batch(messages, count)
-            first = not self.core.offsets
-            offsets = await self.core.producer.kafka.send_halves_async(batch)
-            coordinates = self.core.acknowledged(offsets)
-            if self._on_sent is not None:
-                await self._on_sent(self.core, first)
+            try:
+                offsets = await self.core.producer.kafka.send_halves_async(batch)
+                coordinates = self.core.acknowledged(offsets)
+                if self._on_sent is not None:
+                    await self._on_sent(self.core, not self.core.evidence_written)
+                    self.core.evidence_written = True
+            except BaseException as err:  # cancelled too: its records may be on the topic
+                self.core.broke(err)
+                raise
             return coordinates
+
+    async def close(self) -> None:
+        """No send starts from now on, and one under way (another task's) finishes first, its
+        acknowledgement and evidence row included: the commit or rollback that follows covers
+        every record this transaction handed to Kafka."""
+        self._closed = True
+        async with self._sending:
+            pass
 
     def check_awaited(self) -> None:
         """Raise, before the commit, when an ``outbox.send()`` of this transaction was never
-        awaited: its message was never sent.
+        awaited (its message never sent), or a send failed (:meth:`OutboxTransaction.check_whole`).
 
         Raises:
             SendNotAwaitedError: naming how many.
+            HalfSendError, TransactionFencedError: a send failed and the code went on.
         """
+        self.core.check_whole()
         if self.unawaited:
             raise SendNotAwaitedError(
                 f"transaction {self.txn_id}: {len(self.unawaited)} outbox.send() call(s) in this "

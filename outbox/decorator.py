@@ -117,6 +117,9 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
     parameters = inspect.signature(fn).parameters
     takes_session = "session" in parameters
     position = _position(parameters, "session")
+    positional_only = (
+        takes_session and parameters["session"].kind is inspect.Parameter.POSITIONAL_ONLY
+    )
     asynchronous = inspect.iscoroutinefunction(fn)
 
     def source(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[OutboxProducer, Any, Any]:
@@ -143,7 +146,9 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
             producer, session, given = source(args, kwargs)
             async with producer.transaction(session) as txn:
                 if takes_session and given is None:
-                    args = _inject(args, kwargs, position, txn.session)
+                    args = _inject(
+                        args, kwargs, position, txn.session, positional_only=positional_only
+                    )
                 return await call(*args, **kwargs)
 
         return run_async  # type: ignore[return-value]
@@ -153,7 +158,7 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
         producer, session, given = source(args, kwargs)
         with producer.transaction(session) as txn:
             if takes_session and given is None:
-                args = _inject(args, kwargs, position, txn.session)  # type: ignore[assignment]
+                args = _inject(args, kwargs, position, txn.session, positional_only=positional_only)  # type: ignore[assignment]
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
                 _discard(result)
@@ -164,11 +169,18 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
 
 
 def _inject(
-    args: tuple[Any, ...], kwargs: dict[str, Any], position: int | None, session: Any
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    position: int | None,
+    session: Any,
+    *,
+    positional_only: bool = False,
 ) -> tuple[Any, ...]:
     """Put the transaction's session where the caller passed none (or ``INJECTED``)."""
     if position is not None and len(args) > position:  # INJECTED passed by position
         return (*args[:position], session, *args[position + 1 :])
+    if positional_only and len(args) == position:
+        return (*args, session)  # a positional-only parameter cannot take a keyword
     kwargs["session"] = session
     return args
 

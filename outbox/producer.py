@@ -15,6 +15,7 @@ Create one per process and share it between threads::
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from types import TracebackType
@@ -55,6 +56,7 @@ class OutboxProducer:
         self._partitions: int | None = None
         self._services: list[Callable[[], None]] = []
         self._listener: tuple[CheckingListener, FunctionResolver] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def partitions(self) -> int:
@@ -177,7 +179,7 @@ class OutboxProducer:
             heartbeat = Heartbeat(self.settings, advertise_url, version=_version())
             return heartbeat.close
 
-        app = CheckApp(check_settings, router, start=start)
+        app = CheckApp(check_settings, router, start=start, on_loop=self.use_loop)
         self._services += [router.close]
         return app
 
@@ -199,6 +201,13 @@ class OutboxProducer:
             )
         values = OmittedValues(self._kafka_config(), self.settings.topics.half)
         return CheckRouter(resolver, self._listener_resolver, values)
+
+    def use_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The application's event loop: a listener's async ``check_local_transaction`` runs on
+        it (the asyncio forms and the ASGI check endpoint tell it when they start)."""
+        self._loop = loop
+        if self._listener is not None:
+            self._listener[1].loop = loop
 
     def set_transaction_listener(
         self, listener: CheckingListener, *, answer_timeout_s: float = 5.0
@@ -223,6 +232,7 @@ class OutboxProducer:
         resolver = FunctionResolver(
             listener.check_local_transaction, answer_timeout_s=answer_timeout_s
         )
+        resolver.loop = self._loop
         self._listener = (listener, resolver)
         return resolver
 

@@ -73,6 +73,7 @@ class TransactionScope:
         self._async: Any = None
 
     def __enter__(self) -> OutboxTransaction:
+        self._entered()
         if is_async_session(self.session):
             raise WrongFormError(
                 f"producer.transaction() was given {_what(self.session)} in a `with` block; an "
@@ -93,6 +94,7 @@ class TransactionScope:
         return result
 
     async def __aenter__(self) -> AsyncOutboxTransaction:
+        self._entered()
         if is_sync_session(self.session):
             raise WrongFormError(
                 f"producer.transaction() was given {_what(self.session)} in an `async with` "
@@ -112,6 +114,13 @@ class TransactionScope:
         result: bool | None = await self._async.__aexit__(exc_type, exc, tb)
         return result
 
+    def _entered(self) -> None:
+        if self._sync is not None or self._async is not None:
+            raise ConfigurationError(
+                "a producer.transaction(...) scope is entered once; call "
+                "producer.transaction() again for another transaction"
+            )
+
 
 def _what(session: object) -> str:
     return f"a {type(session).__module__}.{type(session).__qualname__}"
@@ -125,8 +134,8 @@ def _joined(form: type[T], session_type: type, session: object, name: str) -> T 
         ConfigurationError: the nested one was given another session than it.
     """
     outer = current.get()
-    if outer is None:
-        return None
+    if outer is None or outer.state is not None:
+        return None  # none, or one that ended (inherited by a task it left running)
     if not isinstance(outer, form):
         raise WrongFormError(
             f"an {name} outbox transaction was opened inside the transaction {outer.txn_id} of "
@@ -176,6 +185,7 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
     token = current.set(txn)
     try:
         yield txn
+        txn.check_whole()
         guard.check()
         guard.committing()
         try:
@@ -238,6 +248,7 @@ async def run_async(
     token = current.set(txn)
     try:
         yield txn
+        await txn.close()
         txn.check_awaited()
         guard.check()
         guard.committing()
@@ -251,6 +262,7 @@ async def run_async(
     except BaseException:
         if txn.state is None:
             try:
+                await txn.close()  # a send under way lands in what is rolled back
                 await db.rollback()
             except Exception:
                 log.exception("DB rollback of transaction %s failed", txn.txn_id)

@@ -57,9 +57,11 @@ class Sending:
     def __await__(self) -> Generator[Any, None, HalfCoordinates]:
         if self._start is not None:
             start, self._start = self._start, None
-            if self._txn is not None:
-                self._txn.unawaited.discard(self)
-            self._done = yield from start().__await__()
+            try:
+                self._done = yield from start().__await__()
+            finally:  # awaited to its end (a send still under way is not yet done)
+                if self._txn is not None:
+                    self._txn.unawaited.discard(self)
         if self._done is None:
             raise NoActiveTransactionError("this send is already being awaited elsewhere")
         return self._done

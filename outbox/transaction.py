@@ -14,7 +14,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from outbox.errors import InvalidMessageError, NoActiveTransactionError
+from outbox.errors import (
+    HalfSendError,
+    InvalidMessageError,
+    NoActiveTransactionError,
+    TransactionFencedError,
+)
 from outbox.kafka_io import HalfBatch, KafkaIO
 from outbox.message import Headers, Message, Serializer, build_half_message, message_headers
 from outbox.protocol.half import HalfMessage
@@ -75,6 +80,11 @@ class OutboxTransaction:
         self._on_sent = on_sent
         self._check_immunity_s = check_immunity_s
         self._check_by = check_by
+        #: Whether the evidence row is written (with the first send that completed).
+        self.evidence_written = False
+        #: Why this transaction cannot commit any more: a send that failed after its records
+        #: were handed to Kafka, or whose evidence row was not written (see :meth:`check_whole`).
+        self.broken: BaseException | None = None
 
     @property
     def coordinates(self) -> HalfCoordinates | None:
@@ -164,11 +174,40 @@ class OutboxTransaction:
     def send_messages(self, messages: Sequence[HalfMessage], count: int | None) -> HalfCoordinates:
         """Send validated messages as one batch (``count`` known: all of the transaction's)."""
         batch = self.batch(messages, count)
-        first = not self.offsets
-        coordinates = self.acknowledged(self.producer.kafka.send_halves(batch))
-        if self._on_sent is not None:
-            self._on_sent(self, first)
+        try:
+            coordinates = self.acknowledged(self.producer.kafka.send_halves(batch))
+            if self._on_sent is not None:
+                self._on_sent(self, not self.evidence_written)
+                self.evidence_written = True
+        except BaseException as err:
+            self.broke(err)
+            raise
         return coordinates
+
+    def broke(self, err: BaseException) -> None:
+        """A send failed after its records were handed to Kafka (they may be there), or its
+        evidence row was not written: this transaction must not commit, even if the caller
+        caught the error and went on."""
+        if self.broken is None:
+            self.broken = err
+
+    def check_whole(self) -> None:
+        """Raise, before the commit, when a send of this transaction failed.
+
+        Raises:
+            HalfSendError, TransactionFencedError (the failure's own kind): naming it.
+        """
+        err = self.broken
+        if err is None:
+            return
+        message = (
+            f"transaction {self.txn_id} cannot commit: a send of it failed ({err!r}) and the "
+            "code went on; its messages may be partly on the half topic and its evidence row "
+            "missing, so the outbox rolls it back - retry the business operation as a new "
+            "transaction"
+        )
+        kind = type(err) if isinstance(err, HalfSendError | TransactionFencedError) else None
+        raise (kind or HalfSendError)(message) from err
 
     def batch(self, messages: Sequence[HalfMessage], count: int | None) -> HalfBatch:
         """The next half records to send: on the transaction's partition (chosen by the first

@@ -174,7 +174,7 @@ class AsyncTransactionalProducer:
         messages = _messages(msg)
         # The listener's async check_local_transaction runs on this loop (the check endpoint
         # answers from its own thread).
-        self._checks.loop = asyncio.get_running_loop()
+        self.producer.use_loop(asyncio.get_running_loop())
         if self.producer.known_partitions is None:  # read once per producer: blocking
             await asyncio.to_thread(lambda: self.producer.partitions)
         txn = AsyncOutboxTransaction(
@@ -193,7 +193,15 @@ class AsyncTransactionalProducer:
             if inspect.iscoroutinefunction(execute):
                 state: Any = await execute(msg, arg)
             else:
-                state = await asyncio.to_thread(execute, msg, arg)
+                running = asyncio.ensure_future(asyncio.to_thread(execute, msg, arg))
+                try:
+                    state = await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    # The thread goes on and may still commit: its checks here answer UNKNOWN
+                    # until it ends, not a ROLLBACK from the listener meanwhile.
+                    release = self._checks.hold(txn_id)
+                    running.add_done_callback(lambda _: release())
+                    raise
                 if inspect.isawaitable(state):  # a plain function returning an awaitable
                     state = await state
         except Exception:

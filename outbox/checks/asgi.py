@@ -64,12 +64,14 @@ class CheckApp:
         resolver: Resolver | CheckRouter,
         *,
         start: Starter | None = None,
+        on_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None,
         instance_id: str | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
         self._checks = CheckHandler(settings, _unused, instance_id=instance_id)
         self._start = start
+        self._on_loop = on_loop
         self._stop: Callable[[], None] | None = None
 
     @asynccontextmanager
@@ -82,6 +84,8 @@ class CheckApp:
             await self.shutdown()
 
     async def startup(self) -> None:
+        if self._on_loop is not None:  # the listener's async checks run on this loop
+            self._on_loop(asyncio.get_running_loop())
         if self._start is not None and self._stop is None:
             self._stop = await asyncio.to_thread(self._start)
 
@@ -162,8 +166,8 @@ def _path(scope: Scope) -> str:
     mount prefix in ``path`` (Starlette does)."""
     path: str = scope["path"]
     root: str = scope.get("root_path", "")
-    if root and path.startswith(root):
-        return path[len(root) :] or "/"
+    if root and (path == root or path.startswith(root.rstrip("/") + "/")):
+        return path[len(root.rstrip("/")) :] or "/"
     return path
 
 

@@ -81,6 +81,20 @@ class FunctionResolver:
         #: The event loop an async ``check`` runs on.
         self.loop: asyncio.AbstractEventLoop | None = None
 
+    def hold(self, txn_id: str) -> Callable[[], None]:
+        """Mark ``txn_id`` as executing until the returned function is called (a local
+        transaction that goes on in a worker thread after its caller was cancelled)."""
+        with self._lock:
+            self._executing[txn_id] += 1
+
+        def release() -> None:
+            with self._lock:
+                self._executing[txn_id] -= 1
+                if not self._executing[txn_id]:
+                    del self._executing[txn_id]
+
+        return release
+
     @contextmanager
     def executing(self, txn_id: str) -> Iterator[None]:
         """Marks ``txn_id``'s local transaction as running in this process: its checks answer
@@ -181,9 +195,15 @@ class FunctionResolver:
             return await answer
 
         loop = self.loop
-        if loop is not None and loop.is_running():
-            return asyncio.run_coroutine_threadsafe(run(), loop).result()
-        return asyncio.run(run())
+        if loop is None or not loop.is_running():
+            # Its engine's connections belong to the application's loop; a loop of our own
+            # would leave them bound to a closed one. Asked again once the loop is known.
+            close = getattr(answer, "close", None)
+            if callable(close):
+                close()
+            log.warning("an async check_local_transaction has no running event loop yet; UNKNOWN")
+            return State.UNKNOWN
+        return asyncio.run_coroutine_threadsafe(run(), loop).result()
 
 
 def view(half: HalfRecord, check_times: int) -> MessageView:

@@ -98,8 +98,9 @@ class FencedResolver:
             # The transaction committed its evidence while we waited (or a fence exists).
             kind = self._known(conn, [txn_id]).get(txn_id)
             return _state(kind) if kind else State.UNKNOWN
-        except sa.exc.OperationalError:
-            # Lock wait ran out (PG lock_timeout, SQLite busy): the transaction is still running.
+        except sa.exc.DBAPIError:
+            # Lock wait ran out (PG lock_timeout, SQLite busy; asyncpg reports it as a plain
+            # DBAPIError), or the database failed: the transaction may still be running.
             return State.UNKNOWN
 
     @contextmanager

@@ -12,6 +12,7 @@ broker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ from outbox import (
 )
 from outbox.testing import RunningService
 from tests.checker.test_checker import SECRET
+from tests.kafka_helpers import set_topic_config
 from tests.pipeline import ops_lost, pipeline
 from tests.producer_fixtures import Topics, evidence_ids, order_ids, orders
 
@@ -350,3 +352,92 @@ def test_the_asyncio_transactional_producer_is_resolved_by_its_async_check(
         assert committed == set(order_ids(engine)) & set(answers)
         delivered = running.settle(lambda: committed)
         assert delivered == dict.fromkeys(committed, 1)
+
+
+def test_a_failed_send_the_code_caught_or_a_send_left_running_never_splits_the_transaction(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    outbox_settings: OutboxSettings,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two ways asyncio lets code go on past a send (found in review, failing before):
+    a send Kafka refused whose error the code caught (beside another send of a gather), and a
+    send started as a task and never awaited. The first must refuse the commit (no row, nothing
+    delivered); the second must be waited for, so its evidence row is in the commit and the
+    checker answers COMMIT for it (before: committed without the row, fenced, ROLLBACK)."""
+    # the half topic takes records of 2 KB at most; the producer's own check allows 1 MiB
+    set_topic_config(kafka_bootstrap, outbox_settings.topics.half, "max.message.bytes", "2048")
+    producer.serve_checks(engine=engine, secret=SECRET)
+    with pipeline(kafka_bootstrap, topics) as running:
+        topic = running.topic
+        caught, left_running = (f"{n}-{uuid.uuid4().hex[:8]}" for n in ("caught", "running"))
+        txn_ids: list[str] = []
+        raised: list[type[BaseException]] = []
+        tasks: list[asyncio.Future[Any]] = []
+
+        async def main() -> None:
+            async with async_factory(db_url) as factory:
+
+                @outbox.transactional(producer=producer, session_factory=factory)
+                async def swallow(*, session: AsyncSession) -> None:
+                    txn_ids.append(outbox.current_transaction().txn_id)
+                    with contextlib.suppress(HalfSendError):  # the code goes on regardless
+                        await asyncio.gather(
+                            outbox.send(topic, caught, key=caught),
+                            outbox.send(topic, "x" * 5000, key=caught),  # refused by Kafka
+                        )
+                    await _insert(session, caught)
+
+                @outbox.transactional(producer=producer, session_factory=factory)
+                async def fire_and_forget(*, session: AsyncSession) -> None:
+                    txn_ids.append(outbox.current_transaction().txn_id)
+                    await _insert(session, left_running)
+                    tasks.append(
+                        asyncio.ensure_future(outbox.send(topic, left_running, key=left_running))
+                    )
+                    await asyncio.sleep(0)  # the send starts, the block ends before its ack
+
+                try:
+                    await swallow()
+                except HalfSendError as err:
+                    raised.append(type(err))
+                    assert "cannot commit" in str(err)
+                await fire_and_forget()
+
+        with ops_lost(producer, monkeypatch):
+            asyncio.run(main())
+        assert raised == [HalfSendError]
+        decided = running.decided([t for t in txn_ids if t in {h.txn_id for h in topics.halves()}])
+        rows = set(order_ids(engine))
+        assert caught not in rows and left_running in rows
+        assert decided[txn_ids[1]] == "COMMIT"  # from the evidence row the commit carried
+        delivered = running.settle(lambda: {left_running})
+        assert delivered[left_running] == 1 and caught not in delivered
+
+
+def test_a_scope_is_entered_once_and_a_task_outliving_its_transaction_joins_none(
+    producer: OutboxProducer, engine: sa.Engine, db_url: str
+) -> None:
+    scope = producer.transaction(sessionmaker(engine))
+    with scope, pytest.raises(outbox.ConfigurationError, match="entered once"), scope:
+        pass
+
+    async def main() -> str:
+        async with async_factory(db_url) as factory:
+            leftover: list[asyncio.Task[str]] = []
+
+            async def later() -> str:
+                await asyncio.sleep(0.05)  # runs after the transaction that started it ended
+                async with producer.transaction(factory) as txn:
+                    return txn.txn_id
+
+            async with producer.transaction(factory) as outer:
+                leftover.append(asyncio.create_task(later()))
+            inner = await leftover[0]
+            assert inner != outer.txn_id  # a transaction of its own, not the ended one
+            return inner
+
+    asyncio.run(main())

@@ -26,6 +26,7 @@ from outbox import (
     SendRolledBackError,
 )
 from tests.checker.test_checker import SECRET
+from tests.kafka_helpers import set_topic_config
 from tests.pipeline import ops_lost, pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
@@ -265,3 +266,26 @@ def test_a_session_the_caller_passes_is_the_transactions_session(
         with pytest.raises(outbox.ConfigurationError, match="another session"):
             outer()
         assert "nested-apart" not in order_ids(engine)
+
+
+def test_a_send_failure_the_code_caught_refuses_the_commit(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    engine: sa.Engine,
+    topics: Topics,
+) -> None:
+    """A send Kafka refused, caught by the code, which goes on to commit: the outbox refuses
+    (the records may be partly on the half topic, the evidence row missing), and rolls back."""
+    set_topic_config(kafka_bootstrap, topics.settings.topics.half, "max.message.bytes", "2048")
+    order_id = f"caught-{uuid.uuid4().hex[:8]}"
+
+    @outbox.transactional(producer=producer, session_factory=session_factory)
+    def place(*, session: Session) -> None:
+        with contextlib.suppress(outbox.HalfSendError):
+            outbox.send("orders", "x" * 5000, key=order_id)  # refused by the broker
+        _insert(session, order_id)
+
+    with pytest.raises(outbox.HalfSendError, match="cannot commit"):
+        place()
+    assert order_id not in order_ids(engine)

@@ -195,3 +195,41 @@ def test_the_pruning_rule_holds_for_the_async_resolver(sqlite_file: str) -> None
 
     assert asyncio.run(main()) == {old: "UNKNOWN"}
     engine.dispose()
+
+
+def test_the_mount_prefix_is_cut_on_a_path_boundary_only() -> None:
+    from outbox.checks.asgi import _path
+
+    assert _path({"path": "/internal/outbox/check", "root_path": "/internal"}) == CHECK_PATH
+    assert _path({"path": "/outbox/check", "root_path": "/out"}) == CHECK_PATH  # not "box/check"
+    assert _path({"path": CHECK_PATH, "root_path": ""}) == CHECK_PATH
+
+
+def test_an_async_check_with_no_running_application_loop_answers_unknown() -> None:
+    """Its engine's connections belong to the application's loop; a loop of the answering
+    thread's own would bind them to a loop that is then closed (found in review)."""
+    from outbox.checks.listener import FunctionResolver
+    from outbox.protocol.half import HalfMessage, HalfRecord
+
+    asked: list[str] = []
+
+    async def check(msg: Any) -> Any:
+        asked.append(msg.transaction_id)
+        return "COMMIT"
+
+    resolver = FunctionResolver(check)
+    txn_id = new_transaction_id()
+    half = HalfRecord(
+        txn_id=txn_id,
+        producer_group="orders",
+        message=HalfMessage(topic="orders", value=b"v", key=b"k"),
+        index=0,
+        count=1,
+        created_at_ms=0,
+        check_count=0,
+        partition=0,
+        offset=0,
+    )
+    checked = CheckedTransaction(txn_id, check_by=CheckBy.LISTENER, half=half)
+    assert resolver.resolve([checked]) == {txn_id: "UNKNOWN"}
+    assert asked == []
