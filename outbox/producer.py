@@ -16,6 +16,7 @@ Create one per process and share it between threads::
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from collections.abc import Callable
 from types import TracebackType
@@ -129,6 +130,14 @@ class OutboxProducer:
         router = self._router(engine, resolver, lock_timeout_s, "serve_checks")
         instance_id = new_instance_id()
         server = CheckServer(check_settings, router, host, port, instance_id=instance_id)
+        if advertise_url is None and _loopback(host):
+            log.warning(
+                "the check endpoint listens on %s and advertises %s: only a checker on this "
+                "host can reach it. In a deployment, serve on host='0.0.0.0' and pass "
+                "advertise_url= with an address the checker reaches (a pod IP, a Service name)",
+                host,
+                server.url,
+            )
         heartbeat = Heartbeat(
             self.settings,
             advertise_url or server.url,
@@ -258,6 +267,13 @@ class OutboxProducer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
 
 
 def _check_settings(secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
