@@ -14,7 +14,9 @@ from outbox.settings import variable
 
 ENV_PREFIX = "OUTBOX_CHECKER_"
 #: Settings read from the producers\' variables when the service\'s own is absent.
-FALLBACKS = {name: variable(name) for name in ("bootstrap_servers", "topic_prefix")}
+FALLBACKS = {name: variable(name) for name in ("bootstrap_servers", "topic_prefix")} | {
+    "secret": variable("check_secret")  # one secret for the checker and the producers' endpoints
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,8 +25,12 @@ class CheckerSettings:
 
     Attributes:
         bootstrap_servers: Kafka's ``bootstrap.servers``. Required.
-        secret: HMAC key shared with the producers' check endpoints. Required unless
-            ``insecure_local``. Env: ``OUTBOX_CHECKER_SECRET``.
+        secret: HMAC key shared with the producers' check endpoints; it signs every request.
+            Required unless ``insecure_local``. Env: ``OUTBOX_CHECK_SECRET``, the producers'
+            variable (or ``OUTBOX_CHECK_SECRET_FILE``, a file holding it);
+            ``OUTBOX_CHECKER_SECRET`` overrides it for the checker alone. When rotating,
+            restart the checker with the new secret after the producers accept it
+            (``OUTBOX_CHECK_PREVIOUS_SECRET`` on their side).
         insecure_local: send unsigned requests (local endpoints only). Defaults to off.
         topic_prefix: prefix of the internal topics. Defaults to ``__outbox``.
         group_id: consumer group of the checker instances. Defaults to ``outbox-checker``.
@@ -96,8 +102,9 @@ class CheckerSettings:
             )
         if not self.secret and not self.insecure_local:
             raise ConfigurationError(
-                "the checker signs its requests: set OUTBOX_CHECKER_SECRET to the producers' "
-                "check secret (or insecure_local=True for unsigned local endpoints)"
+                f"the checker signs its requests: set {variable('check_secret')} (or "
+                f"{variable('check_secret')}_FILE) to the producers' check secret (or "
+                "insecure_local=True for unsigned local endpoints)"
             )
         if self.request_max_bytes < 4096:
             raise ConfigurationError(

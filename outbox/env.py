@@ -10,6 +10,8 @@ Sources, lowest precedence first:
    ``{PREFIX}KAFKA__{KEY}`` passes a librdkafka setting through, ``_`` standing for ``.``
    (librdkafka's names have dots, never underscores: ``OUTBOX_RELAY_KAFKA__LINGER_MS=5`` ->
    ``linger.ms=5``); a file's ``kafka`` keys are kept unless the environment sets the same key;
+   ``{PREFIX}{FIELD}_FILE`` names a file holding the value instead (a Kubernetes Secret mounted
+   as a file keeps it out of the environment and of ``ps``), its trailing newline dropped;
 4. keyword overrides.
 
 Every bad value is refused at start with the variable (or file, section and key) and the value.
@@ -103,26 +105,52 @@ def collect(
             else:
                 values[key] = _from_file(path, section, key, raw, kinds[key])
             sources[key] = where
-    for name, variable in (fallbacks or {}).items():
-        if variable in env:
-            values[name] = _convert(variable, env[variable], kinds[name])
-            sources[name] = f"env {variable}"
-    for name, kind in kinds.items():
-        variable = prefix + name.upper()
-        if name != KAFKA_FIELD and variable in env:
-            values[name] = _convert(variable, env[variable], kind)
-            sources[name] = f"env {variable}"
+    variables = [(name, variable) for name, variable in (fallbacks or {}).items()]
+    variables += [(name, prefix + name.upper()) for name in kinds if name != KAFKA_FIELD]
+    for name, variable in variables:
+        found = _from_environment(env, variable)
+        if found is not None:
+            raw, source = found
+            values[name] = _convert(source.removeprefix("env "), raw, kinds[name])
+            sources[name] = source
     kafka_prefix = prefix + "KAFKA__"
-    for variable, raw in env.items():
+    for variable in env:
         if variable.startswith(kafka_prefix):
-            kafka[variable[len(kafka_prefix) :].lower().replace("_", ".")] = raw
-            sources[KAFKA_FIELD] = "env " + kafka_prefix + "*"
+            name = variable.removesuffix(FILE_SUFFIX)  # sasl.password from a mounted Secret
+            found = _from_environment(env, name)
+            if found is not None:
+                kafka[name[len(kafka_prefix) :].lower().replace("_", ".")] = found[0]
+                sources[KAFKA_FIELD] = "env " + kafka_prefix + "*"
     if kafka and KAFKA_FIELD in kinds:
         values[KAFKA_FIELD] = kafka
     for name, value in overrides.items():
         values[name] = value
         sources[name] = "argument"
     return values, sources
+
+
+#: The suffix of a variable naming a file that holds the value (``OUTBOX_CHECK_SECRET_FILE``).
+FILE_SUFFIX = "_FILE"
+
+
+def _from_environment(env: Mapping[str, str], variable: str) -> tuple[str, str] | None:
+    """The raw value of ``variable`` and its source, from itself or its ``_FILE`` twin."""
+    file_variable = variable + FILE_SUFFIX
+    if file_variable not in env:
+        return (env[variable], f"env {variable}") if variable in env else None
+    if variable in env:
+        raise ConfigurationError(
+            f"both {variable} and {file_variable} are set; keep one (the file for a secret)"
+        )
+    path = env[file_variable]
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigurationError(
+            f"{file_variable}={path!r} cannot be read ({err.strerror}); point it at the file "
+            f"holding {variable}'s value (a mounted Secret's key)"
+        ) from err
+    return text.rstrip("\r\n"), f"env {file_variable} (file {path})"
 
 
 def field_defaults(cls: type[Any]) -> dict[str, Any]:

@@ -16,14 +16,13 @@ Create one per process and share it between threads::
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import logging
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
 
+from outbox.checks.advertise import warn_unreachable
 from outbox.checks.asgi import CheckApp
 from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.handler import CheckSettings
@@ -41,7 +40,6 @@ from outbox.settings import OutboxSettings
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-log = logging.getLogger("outbox")
 
 #: An ``AsyncSession`` or a factory of them (``async_sessionmaker``): the asyncio form.
 AsyncSessionSource = Union["AsyncSession", Callable[[], "AsyncSession"]]
@@ -99,8 +97,8 @@ class OutboxProducer:
 
     def serve_checks(
         self,
-        host: str = "127.0.0.1",
-        port: int = 0,
+        host: str | None = None,
+        port: int | None = None,
         *,
         engine: sa.Engine | None = None,
         resolver: Resolver | None = None,
@@ -115,7 +113,9 @@ class OutboxProducer:
         decorator and context-manager forms to ``resolver``, by default the fenced resolution
         on ``engine``; ``TransactionalProducer`` transactions to the listener's
         ``check_local_transaction`` (:meth:`set_transaction_listener`), never to the evidence
-        table, where they leave no row.
+        table, where they leave no row. ``host``, ``port``, ``secret`` and ``advertise_url``
+        default to the settings' ``check_host``, ``check_port``, ``check_secret`` (with
+        ``check_previous_secret``) and ``check_advertise_url``.
 
         Raises:
             ConfigurationError: no secret (unless ``insecure_local``), or nothing to answer
@@ -126,18 +126,14 @@ class OutboxProducer:
                 "serve_checks() was given an AsyncEngine; serve an asyncio application's checks "
                 "with producer.check_app(engine=...), an ASGI app for its own event loop"
             )
-        check_settings = _check_settings(secret, insecure_local)
+        host = self.settings.check_host if host is None else host
+        port = self.settings.check_port if port is None else port
+        advertise_url = advertise_url or self.settings.check_advertise_url
+        check_settings = self._check_settings(secret, insecure_local)
         router = self._router(engine, resolver, lock_timeout_s, "serve_checks")
         instance_id = new_instance_id()
         server = CheckServer(check_settings, router, host, port, instance_id=instance_id)
-        if advertise_url is None and _loopback(host):
-            log.warning(
-                "the check endpoint listens on %s and advertises %s: only a checker on this "
-                "host can reach it. In a deployment, serve on host='0.0.0.0' and pass "
-                "advertise_url= with an address the checker reaches (a pod IP, a Service name)",
-                host,
-                server.url,
-            )
+        warn_unreachable(host, server.url, advertise_url)
         heartbeat = Heartbeat(
             self.settings,
             advertise_url or server.url,
@@ -150,7 +146,7 @@ class OutboxProducer:
     def check_app(
         self,
         *,
-        advertise_url: str,
+        advertise_url: str | None = None,
         engine: sa.Engine | AsyncEngine | None = None,
         resolver: Resolver | AsyncFencedResolver | None = None,
         secret: bytes | str | None = None,
@@ -164,12 +160,19 @@ class OutboxProducer:
         announces ``advertise_url`` (where the checker reaches the app, with the prefix it is
         mounted under) while the app runs: from the ASGI lifespan, or ``async with
         app.running()`` in the service's own lifespan when mounted. Each process serving it
-        heartbeats an instance id of its own.
+        heartbeats an instance id of its own. ``advertise_url`` and ``secret`` default to the
+        settings' ``check_advertise_url`` and ``check_secret`` (with ``check_previous_secret``).
 
         Raises:
             ConfigurationError: no secret (unless ``insecure_local``), nothing to answer with,
-                or an ``advertise_url`` that is not an http(s) URL.
+                or no ``advertise_url`` that is an http(s) URL.
         """
+        advertise_url = advertise_url or self.settings.check_advertise_url
+        if advertise_url is None:
+            raise ConfigurationError(
+                "check_app() needs the URL the checker reaches this service at: pass "
+                "advertise_url= or set OUTBOX_CHECK_ADVERTISE_URL (e.g. http://$(POD_IP):8000)"
+            )
         if not advertise_url.startswith(("http://", "https://")):
             raise ConfigurationError(
                 f"advertise_url={advertise_url!r} is not an http(s) URL; give the URL the "
@@ -181,16 +184,27 @@ class OutboxProducer:
                 self.settings.producer_group,
                 lock_timeout_s=lock_timeout_s,
             )
-        check_settings = _check_settings(secret, insecure_local)
+        check_settings = self._check_settings(secret, insecure_local)
         router = self._router(engine, resolver, lock_timeout_s, "check_app")
+        announced = advertise_url
 
         def start() -> Callable[[], None]:
-            heartbeat = Heartbeat(self.settings, advertise_url, version=_version())
+            heartbeat = Heartbeat(self.settings, announced, version=_version())
             return heartbeat.close
 
         app = CheckApp(check_settings, router, start=start, on_loop=self.use_loop)
         self._services += [router.close]
         return app
+
+    def _check_settings(self, secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
+        """An explicit ``secret`` stands alone; else the settings' secret and previous one."""
+        if secret is not None:
+            return CheckSettings(secret=_as_bytes(secret), insecure_local=insecure_local)
+        return CheckSettings(
+            secret=_as_bytes(self.settings.check_secret),
+            previous_secret=_as_bytes(self.settings.check_previous_secret),
+            insecure_local=insecure_local,
+        )
 
     def _router(
         self,
@@ -269,17 +283,8 @@ class OutboxProducer:
         self.close()
 
 
-def _loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
-
-
-def _check_settings(secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
-    if isinstance(secret, str):
-        secret = secret.encode()
-    return CheckSettings(secret=secret, insecure_local=insecure_local)
+def _as_bytes(secret: bytes | str | None) -> bytes | None:
+    return secret.encode() if isinstance(secret, str) else secret
 
 
 def is_async_engine(engine: object) -> bool:

@@ -77,6 +77,25 @@ class OutboxSettings:
             audit or CLI older than version 2 still reads the topics (they read version 1
             only); readers read both, so upgrade them first, then producers, then drop this.
             Env: ``OUTBOX_HALF_SCHEMA_VERSION``.
+        check_secret: the HMAC key the check endpoint shares with the checker, which reads
+            the same variable. Env: ``OUTBOX_CHECK_SECRET``, or ``OUTBOX_CHECK_SECRET_FILE``
+            naming a file that holds it (a mounted Kubernetes Secret); any setting can be read
+            from a file that way. Not shown in ``repr``.
+        check_previous_secret: while rotating the secret, the one it replaces: the endpoint
+            accepts requests signed with either (roll the producers first, then the checker,
+            then unset this). Env: ``OUTBOX_CHECK_PREVIOUS_SECRET`` (or ``..._FILE``).
+        check_host: the address ``serve_checks()`` listens on. Defaults to ``127.0.0.1``
+            (this host only); ``0.0.0.0`` in a deployment. Env: ``OUTBOX_CHECK_HOST``.
+        check_port: its port; 0 (the default) picks a free one. Env: ``OUTBOX_CHECK_PORT``.
+        check_advertise_url: where the checker reaches this producer's check endpoint, as
+            announced in the registry (a pod IP, a Service name; with the prefix the ASGI app
+            is mounted under). Defaults to the address ``serve_checks()`` listens on, which
+            only a checker on the same host reaches. Env: ``OUTBOX_CHECK_ADVERTISE_URL``.
+        database_url: the producer's database (an SQLAlchemy URL), for the operator's
+            ``kafka-outbox migrate`` and ``evidence prune``; the library itself writes through
+            the sessions you give it and never reads this. Env: ``OUTBOX_DATABASE_URL`` (or
+            ``OUTBOX_DATABASE_URL_FILE``, which keeps the password out of ``ps`` and the
+            environment). Not shown in ``repr``.
         kafka: extra librdkafka settings for the producer (passed through untouched).
     """
 
@@ -94,6 +113,12 @@ class OutboxSettings:
     op_timeout_s: float = 5.0
     op_linger_ms: float = 5.0
     half_schema_version: int = HALF_SCHEMA_VERSION
+    check_secret: str | None = field(default=None, repr=False)
+    check_previous_secret: str | None = field(default=None, repr=False)
+    check_host: str = "127.0.0.1"
+    check_port: int = 0
+    check_advertise_url: str | None = None
+    database_url: str | None = field(default=None, repr=False)
     kafka: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -123,6 +148,7 @@ class OutboxSettings:
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
         self._check_retention()
+        self._check_endpoint()
         if not 0 <= self.op_linger_ms <= 900_000:
             raise ConfigurationError(
                 f"op_linger_ms={self.op_linger_ms!r} must be between 0 and 900000 "
@@ -154,17 +180,48 @@ class OutboxSettings:
                 f"{variable('min_compaction_lag_ms')}, or -1 (forever)"
             )
 
+    def _check_endpoint(self) -> None:
+        if not 0 <= self.check_port <= 65535:
+            raise ConfigurationError(
+                f"check_port={self.check_port!r} must be 0-65535 ({variable('check_port')})"
+            )
+        url = self.check_advertise_url
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"check_advertise_url={url!r} is not an http(s) URL; set "
+                f"{variable('check_advertise_url')} to where the checker reaches this service, "
+                "e.g. http://10.0.3.7:8081 or http://orders.shop.svc:8000"
+            )
+        if self.check_previous_secret and not self.check_secret:
+            raise ConfigurationError(
+                f"{variable('check_previous_secret')} is set but {variable('check_secret')} is "
+                f"not: while rotating, set {variable('check_secret')} to the new secret and "
+                f"{variable('check_previous_secret')} to the one it replaces"
+            )
+
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> OutboxSettings:
-        """Settings from ``OUTBOX_*`` variables; keyword arguments win over the environment.
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        defaults: Mapping[str, Any] | None = None,
+        **overrides: Any,
+    ) -> OutboxSettings:
+        """Settings from ``OUTBOX_*`` variables; keyword arguments win over the environment,
+        which wins over ``defaults`` (an application's own defaults, e.g. its port).
 
         Raises:
             ConfigurationError: naming the variable and its bad value.
         """
         return from_env(
-            cls, ENV_PREFIX, env, overrides, required=("bootstrap_servers", "producer_group")
+            cls,
+            ENV_PREFIX,
+            env,
+            overrides,
+            required=("bootstrap_servers", "producer_group"),
+            defaults=defaults,
         )

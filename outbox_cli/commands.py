@@ -13,6 +13,7 @@ from outbox_cli import config as config_cmd
 from outbox_cli import inspect as inspect_cmd
 from outbox_cli import resume as resume_cmd
 from outbox_cli import status as status_cmd
+from outbox_cli.errors import UsageError
 from outbox_cli.history import parse_txn_id
 from outbox_cli.kafka import Reader, connection, probe, require
 from outbox_cli.settings import SERVICES, available, operator_settings
@@ -25,11 +26,29 @@ def topics(args: argparse.Namespace) -> int:
 
 
 def migrate(args: argparse.Namespace) -> int:
-    return admin.migrate(args.db_url, args.revision, args.timeout)
+    return admin.migrate(_database_url(args), args.revision, args.timeout)
 
 
 def evidence(args: argparse.Namespace) -> int:
-    return admin.prune(args.db_url, args.older_than, args.batch_size, args.timeout)
+    return admin.prune(_database_url(args), args.older_than, args.batch_size, args.timeout)
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    """``--db-url``, else the producer settings' ``database_url`` (env, its file, the config
+    file): a URL given as an argument shows its password to anyone who lists processes."""
+    if args.db_url:
+        return str(args.db_url)
+    from outbox.env import collect
+
+    service = SERVICES["producer"]
+    values, _ = collect(service.cls(), service.prefix, None, {})
+    url = values.get("database_url")
+    if not url:
+        raise UsageError(
+            f"no database: give --db-url, or set {variable('database_url')} (or "
+            f"{variable('database_url')}_FILE, a file holding it)"
+        )
+    return str(url)
 
 
 def relay(args: argparse.Namespace) -> int:

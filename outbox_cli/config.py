@@ -63,8 +63,16 @@ def masked(settings: Any) -> dict[str, Any]:
     return out
 
 
+#: The password of a URL (``postgresql://user:password@host/db``).
+URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
 def _mask(name: str, value: Any) -> Any:
-    return MASK if value not in (None, "") and SECRET_NAMES.search(name) else value
+    if value not in (None, "") and SECRET_NAMES.search(name):
+        return MASK
+    if isinstance(value, str) and "://" in value:
+        return URL_PASSWORD.sub(rf"\g<1>{MASK}@", value)
+    return value
 
 
 def render(service: Service, settings: Any, sources: dict[str, str]) -> str:

@@ -7,12 +7,13 @@ code of :mod:`outbox_cli.errors`; ``--debug`` adds the traceback and librdkafka'
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
 import textwrap
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from outbox.env import CONFIG_FILE_VARIABLE
@@ -25,6 +26,10 @@ PROG = "kafka-outbox"
 #: SQLAlchemy to draw the help).
 PRUNE_RETENTION_S = 14 * 24 * 3600.0
 PASS_THROUGH = ("audit", "demo")
+DB_URL_HELP = (
+    "SQLAlchemy URL of the producer's DB; default: OUTBOX_DATABASE_URL, OUTBOX_DATABASE_URL_FILE "
+    "(a file holding it, keeping the password out of ps) or database_url in [producer]"
+)
 
 
 def version() -> str:
@@ -61,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _topics(commands)
     migrate = _add(commands, "migrate", "create or upgrade the outbox tables (Alembic) in a DB")
-    migrate.add_argument("--db-url", required=True, help="SQLAlchemy URL of the producer's DB")
+    migrate.add_argument("--db-url", help=DB_URL_HELP)
     migrate.add_argument("--revision", default="heads", help="target revision; default heads")
     _evidence(commands)
     _add(commands, "relay", "run a relay: promotes committed half messages to their topics")
@@ -129,6 +134,20 @@ def _common(parser: argparse.ArgumentParser, *, top: bool) -> None:
         metavar="DURATION",
         help="how long to wait for Kafka or the database before giving up (exit 3); default 15s",
     )
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        default=default(None),
+        help="the Kafka cluster, as Kafka's tools take it; wins over OUTBOX_BOOTSTRAP_SERVERS "
+        "and the config file",
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        default=default(None),
+        help="librdkafka settings (key=value lines: security.protocol, sasl.*, ssl.*), as "
+        "Kafka's tools take them; they win over the OUTBOX_*KAFKA__* variables",
+    )
 
 
 if TYPE_CHECKING:
@@ -163,7 +182,7 @@ def _evidence(commands: Commands) -> None:
     evidence = _add(commands, "evidence", "upkeep of a producer database's evidence table")
     actions = evidence.add_subparsers(dest="action", metavar="ACTION", required=True)
     prune = _add(actions, "prune", "delete evidence and fence rows older than the retention")
-    prune.add_argument("--db-url", required=True, help="SQLAlchemy URL of the producer's DB")
+    prune.add_argument("--db-url", help=DB_URL_HELP)
     prune.add_argument(
         "--older-than",
         type=_duration,
@@ -209,7 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ[CONFIG_FILE_VARIABLE] = args.config
     _logging(args.debug)
     try:
-        return dispatch(args, rest)
+        with _connection_flags(args):
+            return dispatch(args, rest)
     except KeyboardInterrupt:
         return 130
     except Exception as err:  # one line for the operator; the traceback only on request
@@ -217,6 +237,28 @@ def main(argv: Sequence[str] | None = None) -> int:
             traceback.print_exc()
         print(f"{PROG}: error: {_message(err)}", file=sys.stderr)
         return exit_code_for(err)
+
+
+@contextlib.contextmanager
+def _connection_flags(args: argparse.Namespace) -> Iterator[None]:
+    """``--bootstrap-server`` and ``--command-config`` as the variables every settings object
+    reads, for this command only (``main`` called in-process leaves the environment as it was)."""
+    if not (args.bootstrap_server or args.command_config):
+        yield
+        return
+    from outbox_cli.settings import command_line_connection
+
+    variables = command_line_connection(args.bootstrap_server, args.command_config)
+    before = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def exit_code_for(err: BaseException) -> int:

@@ -20,7 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from outbox.env import CONFIG_FILE_VARIABLE, KAFKA_FIELD, collect, from_env
+from outbox.env import CONFIG_FILE_VARIABLE, FILE_SUFFIX, KAFKA_FIELD, collect, from_env
+from outbox.errors import ConfigurationError
+from outbox.properties import load_properties
 from outbox.settings import ENV_PREFIX, OutboxSettings
 from outbox_cli.errors import UsageError
 
@@ -79,9 +81,11 @@ class Service:
         return collect(self.cls(), self.prefix, env, {}, fallbacks=self.fallbacks)[1]
 
     def variables(self) -> set[str]:
-        """Every variable name this settings object reads (``KAFKA__*`` aside)."""
+        """Every variable name this settings object reads (``KAFKA__*`` aside), with the
+        ``_FILE`` twin of each."""
         names = {self.prefix + f.name.upper() for f in fields(self.cls()) if f.name != KAFKA_FIELD}
-        return names | set(self.fallbacks.values())
+        names |= set(self.fallbacks.values())
+        return names | {name + FILE_SUFFIX for name in names}
 
     @property
     def kafka_prefix(self) -> str:
@@ -124,6 +128,33 @@ def operator_settings(env: Mapping[str, str] | None = None) -> OutboxSettings:
         required=("bootstrap_servers",),
         defaults={"producer_group": OPERATOR_GROUP},
     )
+
+
+def command_line_connection(bootstrap: str | None, command_config: str | None) -> dict[str, str]:
+    """``--bootstrap-server`` and ``--command-config``, as Kafka's own tools take them, as the
+    variables that carry them: set for one run, they win over the environment and the config
+    file for every settings object (the operator commands keep only the connection keys of the
+    file; a service takes them all).
+
+    Raises:
+        ConfigurationError: the file cannot be read or has a key no variable can carry.
+    """
+    kafka = load_properties(command_config) if command_config else {}
+    bootstrap = bootstrap or kafka.pop("bootstrap.servers", None)
+    kafka.pop("bootstrap.servers", None)
+    for key in kafka:
+        if "_" in key:  # librdkafka's names have none: the variable could not carry it back
+            raise ConfigurationError(
+                f"{command_config}: {key!r} is not a librdkafka setting (they are dotted "
+                "lower-case names, e.g. security.protocol)"
+            )
+    variables = {}
+    for service in available():
+        if bootstrap:
+            variables[service.prefix + "BOOTSTRAP_SERVERS"] = bootstrap
+        for key, value in kafka.items():
+            variables[service.kafka_prefix + key.upper().replace(".", "_")] = value
+    return variables
 
 
 def known_variables() -> tuple[set[str], tuple[str, ...]]:

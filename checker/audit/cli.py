@@ -32,6 +32,7 @@ from typing import Any
 
 from checker.audit.bounds import parse_duration_ms
 from checker.audit.errors import AuditConfigError, AuditSourceError
+from outbox.env import CONFIG_FILE_VARIABLE
 from outbox.errors import ConfigurationError
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
@@ -47,7 +48,26 @@ def build_parser(prog: str = "kafka-outbox audit") -> argparse.ArgumentParser:
         "2 bad usage, 3 could not run.",
     )
     add = parser.add_argument
-    add("--bootstrap-servers", help="Kafka bootstrap servers (env OUTBOX_AUDIT_BOOTSTRAP_SERVERS)")
+    # the options every kafka-outbox command takes, and Kafka's tools' names for the cluster
+    add(
+        "--config",
+        metavar="FILE",
+        help="TOML (or YAML) settings file; its [audit] section (also: OUTBOX_CONFIG_FILE)",
+    )
+    add("--debug", action="store_true", help="log at DEBUG and show tracebacks")
+    add(
+        "--bootstrap-server",
+        "--bootstrap-servers",
+        dest="bootstrap_servers",
+        metavar="HOST:PORT[,...]",
+        help="Kafka bootstrap servers (env OUTBOX_AUDIT_BOOTSTRAP_SERVERS or the shared one)",
+    )
+    add(
+        "--command-config",
+        metavar="FILE",
+        help="librdkafka settings for the Kafka source (key=value lines), as Kafka's tools take "
+        "them; --kafka-option wins over them",
+    )
     add("--topic-prefix", help="prefix of the internal topics (default __outbox)")
     add("--from", dest="start", help="earliest (default), a time, or offsets JSON")
     add("--to", dest="end", help="latest (default), a time, or offsets JSON")
@@ -67,7 +87,12 @@ def build_parser(prog: str = "kafka-outbox audit") -> argparse.ArgumentParser:
     add("--out", help="output folder: summary.json, report.html, findings/ (outbox-audit)")
     add("--parquet-dir", help="where the Parquet findings go instead (e.g. hdfs://...)")
     add("--report-rows", type=int, help="rows of each finding shown in the report (200)")
-    add("--metadata-timeout", help="how long to wait for Kafka to answer (15s)")
+    add(
+        "--timeout",
+        "--metadata-timeout",
+        dest="metadata_timeout",
+        help="how long to wait for Kafka to answer (15s)",
+    )
     add(
         "--kafka-option",
         action="append",
@@ -92,6 +117,17 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
     return pairs
 
 
+def _kafka(args: argparse.Namespace) -> dict[str, str]:
+    """``--command-config`` (bootstrap.servers aside), then ``--kafka-option`` over it."""
+    from outbox.properties import load_properties
+
+    found = load_properties(args.command_config) if args.command_config else {}
+    if args.bootstrap_servers is None and "bootstrap.servers" in found:
+        args.bootstrap_servers = found["bootstrap.servers"]
+    found.pop("bootstrap.servers", None)
+    return found | _pairs(args.kafka_option, "--kafka-option")
+
+
 def _seconds(text: str | None, what: str) -> float | None:
     return None if text is None else parse_duration_ms(text, what=what) / 1000
 
@@ -109,6 +145,7 @@ def settings_from(args: argparse.Namespace) -> Any:
         password = os.environ.get(args.jdbc_password_env)
         if password is None:
             raise AuditConfigError(f"--jdbc-password-env: ${args.jdbc_password_env} is not set")
+    kafka = _kafka(args)  # first: the file may name the cluster
     given: dict[str, Any] = {
         "bootstrap_servers": args.bootstrap_servers,
         "topic_prefix": args.topic_prefix,
@@ -130,8 +167,8 @@ def settings_from(args: argparse.Namespace) -> Any:
         "out_dir": args.out,
         "parquet_dir": args.parquet_dir,
         "report_rows": args.report_rows,
-        "metadata_timeout_s": _seconds(args.metadata_timeout, "--metadata-timeout"),
-        "kafka": _pairs(args.kafka_option, "--kafka-option") or None,
+        "metadata_timeout_s": _seconds(args.metadata_timeout, "--timeout"),
+        "kafka": kafka or None,
     }
     return AuditSettings.from_env(**{k: v for k, v in given.items() if v is not None})
 
@@ -143,7 +180,23 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exit_:  # argparse: --help (0) or a usage error (2)
         return int(exit_.code or 0)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(levelname)s %(name)s %(message)s",
+    )
+    before = os.environ.get(CONFIG_FILE_VARIABLE)
+    if args.config:
+        os.environ[CONFIG_FILE_VARIABLE] = args.config
+    try:
+        return _audit(args)
+    finally:  # main() called in-process leaves the environment as it was
+        if before is None:
+            os.environ.pop(CONFIG_FILE_VARIABLE, None)
+        else:
+            os.environ[CONFIG_FILE_VARIABLE] = before
+
+
+def _audit(args: argparse.Namespace) -> int:
     try:
         settings = settings_from(args)
         spark_conf = _pairs(args.conf, "--conf")

@@ -6,11 +6,13 @@ the checker asks when an outcome is lost; every worker process does so for itsel
 producer, its own instance id in the registry, all behind one URL).
 
 Configuration is the environment: the producer's ``OUTBOX_*`` settings
-(``OUTBOX_BOOTSTRAP_SERVERS``, ``OUTBOX_PRODUCER_GROUP``, ...), the secret the checker signs with
-(``OUTBOX_CHECKER_SECRET``), and this service's own ``ORDERS_DATABASE_URL`` (an asyncio driver:
-``postgresql+psycopg://...`` or ``sqlite+aiosqlite:///...``) and ``ORDERS_URL``, where the checker
-reaches it. Run, after ``kafka-outbox topics ensure``, ``kafka-outbox migrate`` and
-``python examples/fastapi_orders/schema.py`` (this service's own table)::
+(``OUTBOX_BOOTSTRAP_SERVERS``, ``OUTBOX_PRODUCER_GROUP``, ...) with the check endpoint's
+``OUTBOX_CHECK_SECRET`` (shared with the checker; or ``OUTBOX_CHECK_SECRET_FILE``) and
+``OUTBOX_CHECK_ADVERTISE_URL`` (where the checker reaches this service), and this service's own
+``ORDERS_DATABASE_URL`` (an asyncio driver: ``postgresql+psycopg://...`` or
+``sqlite+aiosqlite:///...``). Run, after ``kafka-outbox topics ensure``,
+``kafka-outbox migrate`` and ``python examples/fastapi_orders/schema.py`` (this service's own
+table)::
 
     uvicorn app:app --app-dir examples/fastapi_orders --host 0.0.0.0 --port 8000 --workers 2
 """
@@ -60,11 +62,8 @@ async def place_order(order: PlaceOrder, session: AsyncSession = outbox.INJECTED
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     producer = outbox.OutboxProducer(outbox.OutboxSettings.from_env())
     outbox.configure(producer=producer, session_factory=Session)
-    checks = producer.check_app(
-        engine=engine,
-        secret=os.environ["OUTBOX_CHECKER_SECRET"],
-        advertise_url=os.environ["ORDERS_URL"],
-    )
+    # secret and advertised URL from OUTBOX_CHECK_SECRET and OUTBOX_CHECK_ADVERTISE_URL
+    checks = producer.check_app(engine=engine)
     app.mount("/", checks)  # last: it answers /outbox/check only
     async with checks.running():  # the registry heartbeat, while this worker serves
         yield

@@ -2,13 +2,13 @@
 
 Places an order every ``ORDERS_INTERVAL_S`` seconds (some declined, so rolled back) through
 ``place_order`` and serves the check endpoint the checker calls. The outbox itself is configured
-like every kafka-outbox component, from ``OUTBOX_*`` variables (``OUTBOX_BOOTSTRAP_SERVERS``,
-``OUTBOX_PRODUCER_GROUP``); the application's own settings are ``ORDERS_*``:
+like every kafka-outbox component, from ``OUTBOX_*`` variables: ``OUTBOX_BOOTSTRAP_SERVERS``,
+``OUTBOX_PRODUCER_GROUP``, and for the check endpoint ``OUTBOX_CHECK_SECRET`` (shared with the
+checker; required), ``OUTBOX_CHECK_HOST``, ``OUTBOX_CHECK_PORT`` and
+``OUTBOX_CHECK_ADVERTISE_URL`` (defaults here: all interfaces, 8081, ``http://<hostname>:8081``).
+The application's own settings are ``ORDERS_*``:
 
 - ``ORDERS_DATABASE_URL``: SQLAlchemy URL of the orders database (required);
-- ``ORDERS_CHECK_SECRET``: the HMAC key shared with the checker (required);
-- ``ORDERS_CHECK_PORT``: where the check endpoint listens (default 8081);
-- ``ORDERS_ADVERTISE_URL``: how the checker reaches it (default ``http://<hostname>:PORT``);
 - ``ORDERS_INTERVAL_S``: time between two orders (default 1).
 """
 
@@ -41,22 +41,22 @@ log = logging.getLogger("orders")
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     database_url = os.environ["ORDERS_DATABASE_URL"]
-    port = int(os.environ.get("ORDERS_CHECK_PORT", "8081"))
-    advertise = os.environ.get("ORDERS_ADVERTISE_URL", f"http://{socket.gethostname()}:{port}")
+    # this service's defaults for the check endpoint; OUTBOX_CHECK_* variables win
+    port = int(os.environ.get("OUTBOX_CHECK_PORT", "8081"))
+    endpoint = {
+        "check_host": "0.0.0.0",
+        "check_port": port,
+        "check_advertise_url": f"http://{socket.gethostname()}:{port}",
+    }
+    settings = OutboxSettings.from_env(defaults=endpoint)
     interval = float(os.environ.get("ORDERS_INTERVAL_S", "1"))
 
     migrations.upgrade(database_url)
     engine = sa.create_engine(database_url, pool_pre_ping=True)
     Base.metadata.create_all(engine)
-    producer = OutboxProducer(OutboxSettings.from_env())
+    producer = OutboxProducer(settings)
     outbox.configure(producer=producer, session_factory=sessionmaker(engine))
-    producer.serve_checks(
-        "0.0.0.0",
-        port,
-        engine=engine,
-        secret=os.environ["ORDERS_CHECK_SECRET"],
-        advertise_url=advertise,
-    )
+    producer.serve_checks(engine=engine)  # OUTBOX_CHECK_SECRET, _HOST, _PORT, _ADVERTISE_URL
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -14,6 +14,7 @@ import hmac
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 HEADER_TIMESTAMP = "x-outbox-timestamp"
@@ -46,7 +47,7 @@ class Refusal:
 
 
 def verify(
-    secret: bytes,
+    secrets: Sequence[bytes],
     method: str,
     path: str,
     headers: dict[str, str],
@@ -59,7 +60,9 @@ def verify(
     """None when the request is authentic, fresh and new, else why not.
 
     The signature is checked before the timestamp, so only a request signed with the secret
-    learns that its clock was off.
+    learns that its clock was off. Any of ``secrets`` may have signed it: while a secret is
+    rotated the endpoint accepts the new one and the one it replaces, so the checker and the
+    producers need not restart at the same moment.
     """
     timestamp = headers.get(HEADER_TIMESTAMP)
     given = headers.get(HEADER_SIGNATURE)
@@ -69,8 +72,13 @@ def verify(
         sent = int(timestamp)
     except ValueError:
         return Refusal(f"{HEADER_TIMESTAMP}={timestamp[:40]!r} is not Unix seconds")
-    expected = signature(secret, method, path, timestamp, body)
-    if not hmac.compare_digest(expected, given):
+    # Every secret is tried (no early exit): how long the check takes says nothing of which one
+    # signed, or how close a forgery came.
+    matches = [
+        hmac.compare_digest(signature(secret, method, path, timestamp, body), given)
+        for secret in secrets
+    ]
+    if not any(matches):
         return Refusal("wrong signature")
     now = time.time() if now is None else now
     if abs(now - sent) > max_skew_s:

@@ -23,8 +23,8 @@ from outbox.protocol.states import LocalTransactionState
 
 log = logging.getLogger("outbox.checks")
 
-#: The setting that holds the shared secret, named in errors.
-SECRET_SETTING = "OUTBOX_CHECKER_SECRET"
+#: The setting that holds the shared secret, named in errors (the producers' and the checker's).
+SECRET_SETTING = "OUTBOX_CHECK_SECRET"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,6 +33,9 @@ class CheckSettings:
 
     Attributes:
         secret: the HMAC key shared with the checker. Required unless ``insecure_local``.
+        previous_secret: while the secret is rotated, the one it replaces: requests signed
+            with either are accepted, so the endpoints can take the new secret before the
+            checker signs with it. None (the default) accepts ``secret`` only.
         insecure_local: accept unsigned requests (a laptop, never production). Defaults to off.
         max_skew_s: how old or new a request's timestamp may be. Defaults to 300 s.
         max_body_bytes: largest request body. Defaults to 1 MiB (a request carries the half
@@ -41,6 +44,7 @@ class CheckSettings:
     """
 
     secret: bytes | None = None
+    previous_secret: bytes | None = None
     insecure_local: bool = False
     max_skew_s: float = 300.0
     max_body_bytes: int = 1024 * 1024
@@ -53,6 +57,16 @@ class CheckSettings:
                 f"{SECRET_SETTING}) to authenticate it; pass insecure_local=True only for a "
                 "local, unexposed endpoint"
             )
+        if self.previous_secret is not None and not self.secret:
+            raise ConfigurationError(
+                "previous_secret is set without secret: while rotating, set the new secret "
+                f"({SECRET_SETTING}) and the one it replaces (OUTBOX_CHECK_PREVIOUS_SECRET)"
+            )
+
+    @property
+    def accepted(self) -> tuple[bytes, ...]:
+        """The secrets a request may be signed with: the current one, then the previous."""
+        return tuple(s for s in (self.secret, self.previous_secret) if s)
 
 
 @dataclass(frozen=True)
@@ -143,7 +157,7 @@ class CheckHandler:
             return None
         now = time.time()
         refusal = verify(
-            self.settings.secret,
+            self.settings.accepted,
             method,
             path,
             headers,

@@ -47,7 +47,7 @@ class CheckerProcess:
             "OUTBOX_CHECKER_TOPIC_PREFIX": prefix,
             "OUTBOX_CHECKER_GROUP_ID": group,
             "OUTBOX_CHECKER_INSTANCE_ID": name,
-            "OUTBOX_CHECKER_SECRET": SECRET,
+            "OUTBOX_CHECK_SECRET": SECRET,
             "OUTBOX_CHECKER_TRANSACTION_TIMEOUT_S": "1",
             "OUTBOX_CHECKER_CHECK_INTERVAL_S": "1",
             "OUTBOX_CHECKER_HTTP_PORT": str(self.port),

@@ -64,15 +64,15 @@ def test_every_outbox_variable_in_compose_is_a_real_setting(
         assert not bad, f"{name} sets {bad}, which no settings object reads"
     relay, checker = services["relay"]["environment"], services["checker"]["environment"]
     assert relay["OUTBOX_RELAY_HTTP_PORT"] == checker["OUTBOX_CHECKER_HTTP_PORT"] == "8080"
-    assert "OUTBOX_CHECKER_SECRET" in checker
+    assert "OUTBOX_CHECK_SECRET" in checker
 
 
 def test_the_check_secret_of_the_checker_and_the_producer_is_the_same(
     services: dict[str, dict[str, Any]],
 ) -> None:
-    checker = services["checker"]["environment"]["OUTBOX_CHECKER_SECRET"]
-    producer = services["producer"]["environment"]["ORDERS_CHECK_SECRET"]
-    assert checker == producer
+    checker = services["checker"]["environment"]["OUTBOX_CHECK_SECRET"]
+    producer = services["producer"]["environment"]["OUTBOX_CHECK_SECRET"]
+    assert checker == producer  # one variable, read by both
 
 
 def test_services_start_in_order_and_the_long_running_ones_are_health_checked(

@@ -168,7 +168,7 @@ def test_relay_and_checker_containers_promote_a_committed_transaction_and_are_re
             **shared,
             "OUTBOX_CHECKER_TOPIC_PREFIX": prefix,
             "OUTBOX_CHECKER_GROUP_ID": unique("checker"),
-            "OUTBOX_CHECKER_SECRET": SECRET,
+            "OUTBOX_CHECK_SECRET": SECRET,
             "OUTBOX_CHECKER_HTTP_PORT": str(checker_port),
         },
     )

@@ -25,6 +25,8 @@ FOLDERS = [BASE, *OVERLAYS]
 #: The oldest Kubernetes the manifests are meant for, and the newest the schemas know.
 VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
 IMAGE_USER = 10001  # USER in deploy/Containerfile
+#: The producer Deployment snippet users copy (no kustomization renders it).
+PRODUCER = DEPLOY / "k8s" / "producer" / "deployment.yaml"
 
 
 def rendered(folder: Path) -> list[Resource]:
@@ -146,14 +148,26 @@ def test_workloads_have_resources_a_disruption_budget_and_run_as_the_image_s_use
             assert len(covering) == 1, f"{key(workload)} has {len(covering)} budgets"
 
 
+def secret_file(workload: Resource, container: dict[str, Any]) -> tuple[str, str]:
+    """The Secret and key behind the container's ``OUTBOX_CHECK_SECRET_FILE``: the file must
+    be where a volume of that Secret mounts that key."""
+    [variable] = [v for v in container["env"] if v["name"] == "OUTBOX_CHECK_SECRET_FILE"]
+    folder, _, filename = variable["value"].rpartition("/")
+    [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    source = volumes[mount["name"]]["secret"]
+    [item] = [i for i in source["items"] if i["path"] == filename]
+    return source["secretName"], item["key"]
+
+
 def test_the_checker_s_secret_and_the_audit_s_schedule_are_wired() -> None:
     resources = by_key(BASE)
     checker = resources[("Deployment", "outbox-checker")]
     [container] = checker["spec"]["template"]["spec"]["containers"]
-    [secret_ref] = [v for v in container["env"] if v["name"] == "OUTBOX_CHECKER_SECRET"]
-    reference = secret_ref["valueFrom"]["secretKeyRef"]
-    secret = resources[("Secret", reference["name"])]
-    assert reference["key"] in secret["stringData"]
+    name, secret_key = secret_file(checker, container)
+    assert secret_key in resources[("Secret", name)]["stringData"]
+    plain = [v["name"] for v in container["env"] if "SECRET" in v["name"] and "value" in v]
+    assert all(n.endswith("_FILE") for n in plain), "the secret itself is never in a manifest"
     audit = resources[("CronJob", "outbox-audit")]
     assert re.fullmatch(r"[\d*/,-]+( [\d*/,-]+){4}", audit["spec"]["schedule"])
     assert audit["spec"]["concurrencyPolicy"] == "Forbid"
@@ -195,6 +209,29 @@ def test_every_yaml_file_under_deploy_k8s_parses_and_is_used() -> None:
         used |= {(folder / p["path"]).resolve() for p in kustomization.get("patches", [])}
     files = {p.resolve() for p in (DEPLOY / "k8s").rglob("*.yaml")}
     files -= {(f / "kustomization.yaml").resolve() for f in FOLDERS}
+    files -= {PRODUCER.resolve()}  # a snippet for the application's own manifests: tested below
     for path in files:
         assert load_all(path), f"{path} is empty"
     assert files - used == set(), "manifests no kustomization uses"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_the_producer_snippet_is_valid_and_advertises_the_pod_ip(version: str) -> None:
+    """The producer Deployment users copy: valid, every OUTBOX_* variable a real setting, the
+    endpoint on all interfaces at the port the container opens, advertising status.podIP
+    (defined before the variable that expands it), the checker's secret from the same Secret."""
+    [deployment] = list(yaml.safe_load_all(PRODUCER.read_text()))
+    kubernetes_validate.validate(deployment, version, strict=True)
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    env = [v["name"] for v in container["env"]]
+    assert [n for n in env if n.startswith("OUTBOX_") and not is_setting(n)] == []
+    values = {v["name"]: v for v in container["env"]}
+    assert values["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert env.index("POD_IP") < env.index("OUTBOX_CHECK_ADVERTISE_URL")
+    port = int(values["OUTBOX_CHECK_PORT"]["value"])
+    assert values["OUTBOX_CHECK_ADVERTISE_URL"]["value"] == f"http://$(POD_IP):{port}"
+    assert values["OUTBOX_CHECK_HOST"]["value"] == "0.0.0.0"
+    assert [p["containerPort"] for p in container["ports"]] == [port]
+    checker = by_key(BASE)[("Deployment", "outbox-checker")]
+    [checker_container] = checker["spec"]["template"]["spec"]["containers"]
+    assert secret_file(deployment, container) == secret_file(checker, checker_container)

@@ -145,9 +145,9 @@ def test_the_fastapi_example_delivers_each_committed_order_once_through_a_killed
             "OUTBOX_TOPIC_PREFIX": outbox_settings.topic_prefix,
             # ops wait 2 s in the producer's queue: a worker killed now loses its last ones
             "OUTBOX_OP_LINGER_MS": "2000",
-            "OUTBOX_CHECKER_SECRET": SECRET,
+            "OUTBOX_CHECK_SECRET": SECRET,  # the checker's (pipeline) too
+            "OUTBOX_CHECK_ADVERTISE_URL": f"http://127.0.0.1:{port}",
             "ORDERS_DATABASE_URL": async_url(shop_db),
-            "ORDERS_URL": f"http://127.0.0.1:{port}",
             "ORDERS_TOPIC": running.topic,
         }
         server = Uvicorn(env, port, tmp_path / "uvicorn.log")

@@ -89,7 +89,7 @@ def test_bad_settings_name_the_variable_and_the_value(env: dict[str, str], messa
 
 
 def test_the_checker_refuses_to_run_unsigned_unless_told_it_is_local() -> None:
-    with pytest.raises(ConfigurationError, match="OUTBOX_CHECKER_SECRET"):
+    with pytest.raises(ConfigurationError, match="OUTBOX_CHECK_SECRET"):
         CheckerSettings.from_env({"OUTBOX_BOOTSTRAP_SERVERS": "k"})
     with pytest.raises(ConfigurationError, match="not a boolean"):
         CheckerSettings.from_env(
@@ -246,3 +246,59 @@ def test_the_services_share_the_producers_topic_prefix_and_their_own_wins() -> N
     )
     own = {**env, "OUTBOX_RELAY_TOPIC_PREFIX": "__own"}
     assert RelaySettings.from_env(own).topic_prefix == "__own"
+
+
+BASE = {"OUTBOX_BOOTSTRAP_SERVERS": "k:9092", "OUTBOX_PRODUCER_GROUP": "orders"}
+
+
+def test_one_check_secret_serves_producers_and_checker_from_a_file(tmp_path) -> None:
+    # A Kubernetes Secret mounted as a file: its content, the trailing newline dropped
+    (tmp_path / "check-secret").write_text("s3cret-from-a-file\n")
+    env = {**BASE, "OUTBOX_CHECK_SECRET_FILE": str(tmp_path / "check-secret")}
+    producer = OutboxSettings.from_env(env)
+    assert producer.check_secret == "s3cret-from-a-file"
+    assert CheckerSettings.from_env(env).secret == "s3cret-from-a-file"
+    assert "s3cret" not in repr(producer)  # never in a log line that prints the settings
+    # the checker's own variable still wins for the checker alone
+    own = CheckerSettings.from_env({**env, "OUTBOX_CHECKER_SECRET": "checker-only"})
+    assert own.secret == "checker-only"
+
+
+def test_any_setting_and_a_librdkafka_key_can_come_from_a_file(tmp_path) -> None:
+    (tmp_path / "partitions").write_text("12")
+    (tmp_path / "password").write_text("kafka-pass\n")
+    settings = OutboxSettings.from_env(
+        {
+            **BASE,
+            "OUTBOX_PARTITIONS_FILE": str(tmp_path / "partitions"),
+            "OUTBOX_KAFKA__SASL_PASSWORD_FILE": str(tmp_path / "password"),
+        }
+    )
+    assert settings.partitions == 12
+    assert settings.kafka == {"sasl.password": "kafka-pass"}
+
+
+def test_a_file_variable_that_cannot_be_used_is_refused_naming_it(tmp_path) -> None:
+    missing = str(tmp_path / "absent")
+    with pytest.raises(ConfigurationError, match=f"OUTBOX_CHECK_SECRET_FILE='{missing}'"):
+        OutboxSettings.from_env({**BASE, "OUTBOX_CHECK_SECRET_FILE": missing})
+    (tmp_path / "s").write_text("x")
+    both = {"OUTBOX_CHECK_SECRET": "y", "OUTBOX_CHECK_SECRET_FILE": str(tmp_path / "s")}
+    with pytest.raises(ConfigurationError, match="both OUTBOX_CHECK_SECRET and"):
+        OutboxSettings.from_env({**BASE, **both})
+    (tmp_path / "n").write_text("many")
+    with pytest.raises(ConfigurationError, match=r"OUTBOX_PARTITIONS_FILE .* is not a valid int"):
+        OutboxSettings.from_env({**BASE, "OUTBOX_PARTITIONS_FILE": str(tmp_path / "n")})
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"OUTBOX_CHECK_PREVIOUS_SECRET": "old"}, "set OUTBOX_CHECK_SECRET to the new secret"),
+        ({"OUTBOX_CHECK_ADVERTISE_URL": "10.0.0.7:8081"}, "is not an http"),
+        ({"OUTBOX_CHECK_PORT": "70000"}, "check_port=70000 must be 0-65535"),
+    ],
+)
+def test_bad_check_endpoint_settings_name_the_fix(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        OutboxSettings.from_env({**BASE, **env})

@@ -136,3 +136,25 @@ def test_config_reports_each_shared_variable_as_the_service_reads_it(cli: Cli) -
         result = cli("config", "--service", name, env=env)
         assert result.code == 0, result.err
         assert re.search(r'topic_prefix = "__team-outbox"\s+# env OUTBOX_TOPIC_PREFIX', result.out)
+
+
+def test_config_knows_the_one_check_secret_and_its_file_and_masks_it(
+    cli: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "check-secret").write_text("from-a-mounted-secret\n")
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": "k:9092",
+        "OUTBOX_PRODUCER_GROUP": "orders",
+        "OUTBOX_CHECK_SECRET_FILE": str(tmp_path / "check-secret"),
+        "OUTBOX_CHECK_PREVIOUS_SECRET": "the-old-one",
+        "OUTBOX_CHECK_ADVERTISE_URL": "http://10.0.0.7:8081",
+    }
+    result = cli("config", env=env)
+    assert result.code == 0, result.err
+    assert "is not a setting" not in result.err  # the _FILE variable is known
+    assert "from-a-mounted-secret" not in result.out and "the-old-one" not in result.out
+    document = tomllib.loads(result.out)
+    assert document["producer"]["check_secret"] == document["checker"]["secret"] == "***"
+    assert document["producer"]["check_previous_secret"] == "***"
+    assert document["producer"]["check_advertise_url"] == "http://10.0.0.7:8081"
+    assert re.search(r"secret = \"\*\*\*\"\s+# env OUTBOX_CHECK_SECRET_FILE \(file ", result.out)

@@ -106,7 +106,7 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
         "OUTBOX_BOOTSTRAP_SERVERS": kafka_bootstrap,
         "OUTBOX_CHECKER_TOPIC_PREFIX": outbox_settings.topic_prefix,
         "OUTBOX_CHECKER_GROUP_ID": unique("checker-cli"),
-        "OUTBOX_CHECKER_SECRET": SECRET,
+        "OUTBOX_CHECK_SECRET": SECRET,
         "OUTBOX_CHECKER_TRANSACTION_TIMEOUT_S": "1",
         "OUTBOX_CHECKER_CHECK_INTERVAL_S": "1",
         "OUTBOX_CHECKER_HTTP_PORT": str(port),
@@ -146,8 +146,8 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
             "batch_max_records=0 must be at least 1",
         ),
         ("relay", {"OUTBOX_RELAY_HTTP_PORT": "http"}, "OUTBOX_RELAY_HTTP_PORT='http' is not"),
-        ("checker", {}, "set OUTBOX_CHECKER_SECRET"),
-        ("checker", {"OUTBOX_CHECKER_SECRET": "s", "OUTBOX_CHECKER_CHECK_MAX": "x"}, "CHECK_MAX"),
+        ("checker", {}, "set OUTBOX_CHECK_SECRET"),
+        ("checker", {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CHECK_MAX": "x"}, "CHECK_MAX"),
     ],
 )
 def test_a_service_with_an_invalid_setting_exits_2_naming_it(
@@ -163,7 +163,7 @@ def test_a_service_with_an_invalid_setting_exits_2_naming_it(
 def test_a_service_that_cannot_reach_kafka_exits_3(
     cli: Cli, command: str, unused_port: int
 ) -> None:
-    env = {"OUTBOX_BOOTSTRAP_SERVERS": f"127.0.0.1:{unused_port}", "OUTBOX_CHECKER_SECRET": "s"}
+    env = {"OUTBOX_BOOTSTRAP_SERVERS": f"127.0.0.1:{unused_port}", "OUTBOX_CHECK_SECRET": "s"}
     result = cli("--timeout", "2s", command, env=env)
     assert result.code == 3
     assert f"cannot reach Kafka at 127.0.0.1:{unused_port}" in result.err
@@ -177,7 +177,7 @@ def test_a_service_whose_topics_do_not_exist_exits_1_saying_how_to_create_them(
     env = {
         "OUTBOX_BOOTSTRAP_SERVERS": kafka_bootstrap,
         f"OUTBOX_{command.upper()}_TOPIC_PREFIX": prefix,
-        "OUTBOX_CHECKER_SECRET": "s",
+        "OUTBOX_CHECK_SECRET": "s",
     }
     result = cli(command, env=env)
     assert result.code == 1

@@ -131,3 +131,52 @@ def test_a_failure_mid_run_is_exit_3_never_a_verdict(
     monkeypatch.setattr(session, "start_session", lambda **_: _FakeSession())
     monkeypatch.setattr(job, "run_audit", broken)
     assert main(["--bootstrap-servers", "k:1", "--out", str(tmp_path)]) == EXIT_UNAVAILABLE
+
+
+def test_the_audit_takes_the_common_flags_of_every_kafka_outbox_command(tmp_path) -> None:
+    """--bootstrap-server, --command-config, --config, --timeout and --debug, as the other
+    commands (and Kafka's own tools) take them; the older spellings still work."""
+    from checker.audit.cli import settings_from
+
+    (tmp_path / "client.properties").write_text(
+        "# as for kafka-console-consumer.sh --command-config\n"
+        "bootstrap.servers=from-file:9092\n"
+        "security.protocol = SSL\n"
+        "ssl.ca.location: /etc/ca.pem\n"
+    )
+    (tmp_path / "outbox.toml").write_text('[audit]\ntopic_prefix = "__from-config"\n')
+    args = build_parser().parse_args(
+        [
+            "--bootstrap-server",
+            "flag:9092",
+            "--command-config",
+            str(tmp_path / "client.properties"),
+            "--kafka-option",
+            "ssl.ca.location=/etc/other.pem",
+            "--timeout",
+            "20s",
+            "--debug",
+        ]
+    )
+    settings = settings_from(args)
+    assert settings.bootstrap_servers == "flag:9092"  # the flag wins over the file's
+    assert settings.kafka == {"security.protocol": "SSL", "ssl.ca.location": "/etc/other.pem"}
+    assert settings.metadata_timeout_s == 20
+    assert args.debug
+    from_file = settings_from(
+        build_parser().parse_args(["--command-config", str(tmp_path / "client.properties")])
+    )
+    assert from_file.bootstrap_servers == "from-file:9092"
+    old = build_parser().parse_args(["--bootstrap-servers", "k:1", "--metadata-timeout", "3s"])
+    assert (old.bootstrap_servers, old.metadata_timeout) == ("k:1", "3s")
+
+
+def test_the_audit_reads_the_config_file_given_by_flag_and_leaves_the_environment(
+    tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    (tmp_path / "outbox.toml").write_text("[audit]\nbootstrap_servers = 7\n")
+    assert main(["--config", str(tmp_path / "outbox.toml")]) == EXIT_USAGE
+    assert "outbox.toml [audit] bootstrap_servers = 7" in capsys.readouterr().err
+    assert "OUTBOX_CONFIG_FILE" not in os.environ
