@@ -81,11 +81,10 @@ class Service:
         return collect(self.cls(), self.prefix, env, {}, fallbacks=self.fallbacks)[1]
 
     def variables(self) -> set[str]:
-        """Every variable name this settings object reads (``KAFKA__*`` aside), with the
-        ``_FILE`` twin of each."""
+        """Every variable name this settings object reads (``KAFKA__*`` aside; each has a
+        ``_FILE`` twin, :func:`is_setting`)."""
         names = {self.prefix + f.name.upper() for f in fields(self.cls()) if f.name != KAFKA_FIELD}
-        names |= set(self.fallbacks.values())
-        return names | {name + FILE_SUFFIX for name in names}
+        return names | set(self.fallbacks.values())
 
     @property
     def kafka_prefix(self) -> str:
@@ -170,8 +169,8 @@ def known_variables() -> tuple[set[str], tuple[str, ...]]:
 def is_setting(variable: str) -> bool:
     """True when ``variable`` is read by one of the settings objects."""
     names, prefixes = known_variables()
-    if variable in names:
-        return True
+    if variable in names or variable.removesuffix(FILE_SUFFIX) in names:
+        return True  # the value, or the file holding it
     # OUTBOX_KAFKA__ is the producer's pass-through; a service's is OUTBOX_RELAY_KAFKA__ etc.
     return any(variable.startswith(p) and len(variable) > len(p) for p in prefixes)
 
