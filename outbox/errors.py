@@ -20,6 +20,7 @@
     ├── CommitInsideTransactionError  session.commit() inside an outbox transaction
     ├── SendRolledBackError         a rollback undid work a half message was sent in
     ├── TopicMismatchError          an internal topic exists with the wrong settings
+    ├── MigrationHistoryError       the outbox's revisions are recorded in the other version table
     └── KafkaOperationError         another Kafka failure (librdkafka error in ``.kafka_error``)
 
 Kafka errors are chained (``raise ... from err``), so ``err.__cause__.args[0].retriable()`` and
@@ -125,6 +126,13 @@ class SendRolledBackError(OutboxError):
 
 class TopicMismatchError(OutboxError):
     """Raised when an internal topic exists with a partition count or policy we cannot work with."""
+
+
+class MigrationHistoryError(OutboxError):
+    """Raised by an outbox migration about to run in one Alembic version table while the
+    database records the outbox's revisions in the other one (``outbox_alembic_version`` of
+    ``outbox.migrations.upgrade()``, or the application's ``alembic_version`` when its history
+    includes the outbox's); nothing was migrated, and the message says how to pick one history."""
 
 
 #: How much of an offending value an error message quotes (characters of its ``repr``).

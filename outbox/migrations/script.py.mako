@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from outbox.migrations.history import ensure_one_history
 ${imports if imports else ""}
 revision = ${repr(up_revision)}
 down_revision = ${repr(down_revision)}
@@ -17,7 +19,9 @@ depends_on = ${repr(depends_on)}
 
 
 def upgrade() -> None:
-    ${upgrades if upgrades else "pass"}
+    # First, in every outbox revision: refuse to run where the other version table has ours.
+    ensure_one_history(op.get_context())
+    ${upgrades if upgrades else ""}
 
 
 def downgrade() -> None:

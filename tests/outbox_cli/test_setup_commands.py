@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 
+from outbox import migrations
 from outbox.protocol import TopicNames
 from tests.kafka_helpers import create_topic, unique
 from tests.outbox_cli.conftest import Cli
@@ -71,6 +73,23 @@ def test_migrate_creates_the_evidence_table_and_is_idempotent(cli: Cli, db_url: 
     assert "outbox migrations applied" in first.out
     assert "outbox_evidence" in sa.inspect(sa.create_engine(db_url)).get_table_names()
     assert cli("migrate", "--db-url", db_url).code == 0
+
+
+def test_migrate_refuses_a_database_that_runs_the_outbox_revisions_in_the_apps_history(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """docs/alembic.md way B records the outbox's revisions in the application's
+    alembic_version; migrate would run them a second time (before: an unexpected
+    OperationalError, "table outbox_evidence already exists")."""
+    url = f"sqlite:///{tmp_path / 'shop.db'}"
+    in_app_history = migrations.alembic_config(url)
+    in_app_history.set_main_option("version_table", "alembic_version")
+    command.upgrade(in_app_history, "heads")
+
+    refused = cli("migrate", "--db-url", url)
+    assert refused.code == 1
+    assert "'alembic_version' records the outbox's revisions (outbox_0002)" in refused.err
+    assert "Run `alembic upgrade heads` with the application's config instead" in refused.err
 
 
 def test_migrate_hides_the_password_when_it_prints_the_url(cli: Cli, postgres_url: str) -> None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from outbox.migrations.history import ensure_one_history
+
 revision = "outbox_0001"
 down_revision = None
 branch_labels = ("outbox",)
@@ -23,6 +25,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    ensure_one_history(op.get_context())
     op.create_table(
         "outbox_evidence",
         sa.Column("txn_id", sa.String(36), primary_key=True),

@@ -15,6 +15,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from outbox.migrations.history import ensure_one_history
+
 revision = "outbox_0002"
 down_revision = "outbox_0001"
 branch_labels = None
@@ -22,6 +24,7 @@ depends_on = None
 
 
 def upgrade() -> None:
+    ensure_one_history(op.get_context())
     op.create_table(
         "outbox_evidence_horizon",
         sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
