@@ -50,6 +50,12 @@ def stop_group(group: int) -> None:
 
 
 def test_the_quickstart_runs_as_written(kafka_bootstrap: str, tmp_path: Path) -> None:
+    run_quickstart(kafka_bootstrap, tmp_path, Path(sys.executable).parent)
+
+
+def run_quickstart(bootstrap: str, tmp_path: Path, bin_dir: Path) -> None:
+    """The Quickstart's two blocks, with ``bin_dir``'s ``python`` and ``kafka-outbox`` first on
+    the PATH (this checkout's virtualenv, or one a wheel was installed into)."""
     [python] = blocks("python", "Quickstart")
     [shell] = blocks("bash", "Quickstart")
     assert python.startswith("# quickstart.py\n") and "python quickstart.py" in shell
@@ -67,9 +73,9 @@ def test_the_quickstart_runs_as_written(kafka_bootstrap: str, tmp_path: Path) ->
         "OUTBOX_TOPIC_PREFIX": unique("__outbox-readme"),
         "OUTBOX_RELAY_GROUP_ID": unique("readme-relay"),
         "OUTBOX_CHECKER_GROUP_ID": unique("readme-checker"),
-        "PATH": f"{tools}:{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PATH": f"{tools}:{bin_dir}:{os.environ['PATH']}",
     }
-    script = shell.replace("localhost:9092", kafka_bootstrap)
+    script = shell.replace("localhost:9092", bootstrap)
     # output to files: the relay and checker the block leaves running in the background keep
     # its stdout open, and the block is done when bash is, not when they close it
     with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:
