@@ -71,7 +71,7 @@ class CheckerSettings:
     """
 
     bootstrap_servers: str
-    secret: str | None = None
+    secret: str | None = field(default=None, repr=False)
     insecure_local: bool = False
     topic_prefix: str = DEFAULT_PREFIX
     group_id: str = "outbox-checker"
@@ -93,7 +93,7 @@ class CheckerSettings:
     http_port: int = 0
     http_host: str = "0.0.0.0"
     log_format: str = "text"
-    kafka: Mapping[str, Any] = field(default_factory=dict)
+    kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:

@@ -11,7 +11,8 @@ Sources, lowest precedence first:
    (librdkafka's names have dots, never underscores: ``OUTBOX_RELAY_KAFKA__LINGER_MS=5`` ->
    ``linger.ms=5``); a file's ``kafka`` keys are kept unless the environment sets the same key;
    ``{PREFIX}{FIELD}_FILE`` names a file holding the value instead (a Kubernetes Secret mounted
-   as a file keeps it out of the environment and of ``ps``), its trailing newline dropped;
+   as a file keeps it out of the environment and of ``ps``); a trailing newline is dropped from
+   either (a secret written by ``openssl rand -hex 32 > file`` has one);
 4. keyword overrides.
 
 Every bad value is refused at start with the variable (or file, section and key) and the value.
@@ -137,7 +138,11 @@ def _from_environment(env: Mapping[str, str], variable: str) -> tuple[str, str] 
     """The raw value of ``variable`` and its source, from itself or its ``_FILE`` twin."""
     file_variable = variable + FILE_SUFFIX
     if file_variable not in env:
-        return (env[variable], f"env {variable}") if variable in env else None
+        if variable not in env:
+            return None
+        # a value copied from a file (a Secret made with --from-file) keeps its newline in a
+        # variable: dropped here as from the file, so both sources give one secret
+        return env[variable].rstrip("\r\n"), f"env {variable}"
     if variable in env:
         raise ConfigurationError(
             f"both {variable} and {file_variable} are set; keep one (the file for a secret)"

@@ -184,6 +184,7 @@ class OutboxProducer:
                 self.settings.producer_group,
                 lock_timeout_s=lock_timeout_s,
             )
+        warn_unreachable(None, advertise_url, advertise_url)
         check_settings = self._check_settings(secret, insecure_local)
         router = self._router(engine, resolver, lock_timeout_s, "check_app")
         announced = advertise_url
@@ -197,11 +198,11 @@ class OutboxProducer:
         return app
 
     def _check_settings(self, secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
-        """An explicit ``secret`` stands alone; else the settings' secret and previous one."""
-        if secret is not None:
-            return CheckSettings(secret=_as_bytes(secret), insecure_local=insecure_local)
+        """``secret`` (else the settings' secret) and the settings' previous secret: code that
+        passes its secret keeps the rotation overlap the settings ask for. An empty secret is
+        none (an unset variable rendered as ``""``)."""
         return CheckSettings(
-            secret=_as_bytes(self.settings.check_secret),
+            secret=_as_bytes(secret or self.settings.check_secret),
             previous_secret=_as_bytes(self.settings.check_previous_secret),
             insecure_local=insecure_local,
         )
@@ -284,7 +285,7 @@ class OutboxProducer:
 
 
 def _as_bytes(secret: bytes | str | None) -> bytes | None:
-    return secret.encode() if isinstance(secret, str) else secret
+    return (secret.encode() if isinstance(secret, str) else secret) or None
 
 
 def is_async_engine(engine: object) -> bool:

@@ -119,7 +119,7 @@ class OutboxSettings:
     check_port: int = 0
     check_advertise_url: str | None = None
     database_url: str | None = field(default=None, repr=False)
-    kafka: Mapping[str, Any] = field(default_factory=dict)
+    kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:

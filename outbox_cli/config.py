@@ -63,15 +63,16 @@ def masked(settings: Any) -> dict[str, Any]:
     return out
 
 
-#: The password of a URL (``postgresql://user:password@host/db``).
+#: The password of a URL (``postgresql://user:password@host/db``, ``...?password=...``).
 URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+QUERY_PASSWORD = re.compile(r"([?&;](?:password|passwd|pwd)=)[^&;]*", re.I)
 
 
 def _mask(name: str, value: Any) -> Any:
     if value not in (None, "") and SECRET_NAMES.search(name):
         return MASK
     if isinstance(value, str) and "://" in value:
-        return URL_PASSWORD.sub(rf"\g<1>{MASK}@", value)
+        return QUERY_PASSWORD.sub(rf"\g<1>{MASK}", URL_PASSWORD.sub(rf"\g<1>{MASK}@", value))
     return value
 
 

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from outbox.env import CONFIG_FILE_VARIABLE
+from outbox.env import CONFIG_FILE_VARIABLE, FILE_SUFFIX
 from outbox.errors import ConfigurationError, OutboxError
 from outbox_cli.errors import EXIT_CODES, PROBLEM, USAGE, CommandError, UsageError
 from outbox_cli.history import DEFAULT_SLACK_S, parse_duration
@@ -224,11 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as done:  # --help (0) or bad usage (2), already printed by argparse
         return done.code if isinstance(done.code, int) else USAGE
-    if args.config:
-        os.environ[CONFIG_FILE_VARIABLE] = args.config
     _logging(args.debug)
     try:
-        with _connection_flags(args):
+        with _scoped_environment(args):
             return dispatch(args, rest)
     except KeyboardInterrupt:
         return 130
@@ -240,18 +238,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 @contextlib.contextmanager
-def _connection_flags(args: argparse.Namespace) -> Iterator[None]:
-    """``--bootstrap-server`` and ``--command-config`` as the variables every settings object
-    reads, for this command only (``main`` called in-process leaves the environment as it was)."""
-    if not (args.bootstrap_server or args.command_config):
-        yield
-        return
-    from outbox_cli.settings import command_line_connection
+def _scoped_environment(args: argparse.Namespace) -> Iterator[None]:
+    """``--config``, ``--bootstrap-server`` and ``--command-config`` as the variables every
+    settings object reads, for this command only: ``main`` called in-process leaves the
+    environment as it was. A flag's variable hides its ``_FILE`` twin for the run (the flag
+    wins over both)."""
+    variables: dict[str, str] = {}
+    if args.config:
+        variables[CONFIG_FILE_VARIABLE] = args.config
+    if args.bootstrap_server or args.command_config:
+        from outbox_cli.settings import command_line_connection
 
-    variables = command_line_connection(args.bootstrap_server, args.command_config)
-    before = {name: os.environ.get(name) for name in variables}
-    os.environ.update(variables)
+        variables |= command_line_connection(args.bootstrap_server, args.command_config)
+    hidden = [name + FILE_SUFFIX for name in variables if name != CONFIG_FILE_VARIABLE]
+    before = {name: os.environ.get(name) for name in [*variables, *hidden]}
     try:
+        for name in hidden:
+            os.environ.pop(name, None)
+        os.environ.update(variables)
         yield
     finally:
         for name, value in before.items():

@@ -96,7 +96,7 @@ class RelaySettings:
     stuck_exit_s: float = 120.0
     shutdown_grace_s: float = 10.0
     log_format: str = "text"
-    kafka: Mapping[str, Any] = field(default_factory=dict)
+    kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:

@@ -117,15 +117,21 @@ def _pairs(values: list[str], what: str) -> dict[str, str]:
     return pairs
 
 
-def _kafka(args: argparse.Namespace) -> dict[str, str]:
-    """``--command-config`` (bootstrap.servers aside), then ``--kafka-option`` over it."""
+def _kafka(args: argparse.Namespace) -> dict[str, Any]:
+    """The Kafka source's settings: the environment's and config file's (``OUTBOX_AUDIT_KAFKA__*``,
+    ``[audit.kafka]``), then ``--command-config`` over them (its ``bootstrap.servers`` aside),
+    then ``--kafka-option``. Keys are the Java client's: Spark's Kafka source is Java."""
+    from checker.audit.settings import ENV_PREFIX, FALLBACKS, AuditSettings
+    from outbox.env import KAFKA_FIELD, collect
     from outbox.properties import load_properties
 
+    configured, _ = collect(AuditSettings, ENV_PREFIX, None, {}, fallbacks=FALLBACKS)
     found = load_properties(args.command_config) if args.command_config else {}
     if args.bootstrap_servers is None and "bootstrap.servers" in found:
         args.bootstrap_servers = found["bootstrap.servers"]
     found.pop("bootstrap.servers", None)
-    return found | _pairs(args.kafka_option, "--kafka-option")
+    merged: dict[str, Any] = dict(configured.get(KAFKA_FIELD, {}))
+    return merged | found | _pairs(args.kafka_option, "--kafka-option")
 
 
 def _seconds(text: str | None, what: str) -> float | None:

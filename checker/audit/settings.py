@@ -83,7 +83,7 @@ class AuditSettings:
     parquet_dir: str | None = None
     report_rows: int = 200
     metadata_timeout_s: float = 15.0
-    kafka: Mapping[str, Any] = field(default_factory=dict)
+    kafka: Mapping[str, Any] = field(default_factory=dict, repr=False)  # may hold sasl.password
 
     def __post_init__(self) -> None:
         for name in ("real_topics", "evidence_groups"):

@@ -74,8 +74,9 @@ def verify(
         return Refusal(f"{HEADER_TIMESTAMP}={timestamp[:40]!r} is not Unix seconds")
     # Every secret is tried (no early exit): how long the check takes says nothing of which one
     # signed, or how close a forgery came.
+    given_bytes = given.encode("utf-8", "replace")  # compare_digest refuses non-ASCII str
     matches = [
-        hmac.compare_digest(signature(secret, method, path, timestamp, body), given)
+        hmac.compare_digest(signature(secret, method, path, timestamp, body).encode(), given_bytes)
         for secret in secrets
     ]
     if not any(matches):

@@ -153,7 +153,7 @@ class CheckHandler:
     def _authenticate(
         self, method: str, path: str, headers: dict[str, str], body: bytes
     ) -> Response | None:
-        if self.settings.secret is None:
+        if not self.settings.secret:
             return None
         now = time.time()
         refusal = verify(

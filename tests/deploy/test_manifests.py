@@ -148,10 +148,12 @@ def test_workloads_have_resources_a_disruption_budget_and_run_as_the_image_s_use
             assert len(covering) == 1, f"{key(workload)} has {len(covering)} budgets"
 
 
-def secret_file(workload: Resource, container: dict[str, Any]) -> tuple[str, str]:
-    """The Secret and key behind the container's ``OUTBOX_CHECK_SECRET_FILE``: the file must
-    be where a volume of that Secret mounts that key."""
-    [variable] = [v for v in container["env"] if v["name"] == "OUTBOX_CHECK_SECRET_FILE"]
+def secret_file(
+    workload: Resource, container: dict[str, Any], name: str = "OUTBOX_CHECK_SECRET_FILE"
+) -> tuple[str, str]:
+    """The Secret and key behind the container's variable ``name``: the file must be where a
+    volume of that Secret mounts that key."""
+    [variable] = [v for v in container["env"] if v["name"] == name]
     folder, _, filename = variable["value"].rpartition("/")
     [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
     volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
@@ -235,3 +237,6 @@ def test_the_producer_snippet_is_valid_and_advertises_the_pod_ip(version: str) -
     checker = by_key(BASE)[("Deployment", "outbox-checker")]
     [checker_container] = checker["spec"]["template"]["spec"]["containers"]
     assert secret_file(deployment, container) == secret_file(checker, checker_container)
+    # the key being replaced while rotating is mounted too, from a key the Secret has
+    name, previous = secret_file(deployment, container, "OUTBOX_CHECK_PREVIOUS_SECRET_FILE")
+    assert previous in by_key(BASE)[("Secret", name)]["stringData"]

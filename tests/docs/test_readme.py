@@ -50,15 +50,22 @@ def stop_group(group: int) -> None:
 
 
 def test_the_quickstart_runs_as_written(kafka_bootstrap: str, tmp_path: Path) -> None:
-    run_quickstart(kafka_bootstrap, tmp_path, Path(sys.executable).parent)
+    run_quickstart(kafka_bootstrap, tmp_path, Path(sys.executable).parent, isolated=False)
 
 
-def run_quickstart(bootstrap: str, tmp_path: Path, bin_dir: Path) -> None:
+def run_quickstart(bootstrap: str, tmp_path: Path, bin_dir: Path, *, isolated: bool) -> None:
     """The Quickstart's two blocks, with ``bin_dir``'s ``python`` and ``kafka-outbox`` first on
-    the PATH (this checkout's virtualenv, or one a wheel was installed into)."""
+    the PATH (this checkout's virtualenv, or one a wheel was installed into: ``isolated``, with
+    no ``PYTHONPATH`` that could bring the checkout back). The broker is this session's, shared:
+    the real topic ``orders`` becomes one of this run's own, as do the outbox's topics and
+    groups."""
     [python] = blocks("python", "Quickstart")
     [shell] = blocks("bash", "Quickstart")
     assert python.startswith("# quickstart.py\n") and "python quickstart.py" in shell
+    topic = unique("orders")
+    python = python.replace('outbox.send("orders",', f'outbox.send("{topic}",')
+    shell = shell.replace("--topic orders", f"--topic {topic}")
+    assert topic in python and topic in shell, "the README's topic is not where it was"
     (tmp_path / "quickstart.py").write_text(python)
     tools = tmp_path / "bin"
     tools.mkdir()
@@ -67,8 +74,9 @@ def run_quickstart(bootstrap: str, tmp_path: Path, bin_dir: Path) -> None:
         f'#!/bin/sh\nexec {sys.executable} {ROOT / "tests/docs/console_consumer.py"} "$@"\n'
     )
     consumer.chmod(consumer.stat().st_mode | stat.S_IXUSR)
+    dropped = ("OUTBOX_", "PYTHONPATH") if isolated else ("OUTBOX_",)
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")},
+        **{k: v for k, v in os.environ.items() if not k.startswith(dropped)},
         # this session's broker is shared: the outbox's own topics and groups of this test alone
         "OUTBOX_TOPIC_PREFIX": unique("__outbox-readme"),
         "OUTBOX_RELAY_GROUP_ID": unique("readme-relay"),

@@ -302,3 +302,16 @@ def test_a_file_variable_that_cannot_be_used_is_refused_naming_it(tmp_path) -> N
 def test_bad_check_endpoint_settings_name_the_fix(env: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         OutboxSettings.from_env({**BASE, **env})
+
+
+def test_a_secret_s_trailing_newline_is_dropped_from_a_variable_as_from_a_file(tmp_path) -> None:
+    """A Secret made with ``--from-file`` keeps the file's newline: a producer reading it as a
+    variable (secretKeyRef) and a checker reading it as a file must still share one key."""
+    (tmp_path / "check-secret").write_text("abc\n")
+    producer = OutboxSettings.from_env({**BASE, "OUTBOX_CHECK_SECRET": "abc\n"})
+    secret_file = str(tmp_path / "check-secret")
+    checker = CheckerSettings.from_env(
+        {"OUTBOX_BOOTSTRAP_SERVERS": "k", "OUTBOX_CHECK_SECRET_FILE": secret_file}
+    )
+    assert producer.check_secret == checker.secret == "abc"
+    assert "abc" not in repr(checker)

@@ -29,8 +29,24 @@ def test_a_properties_file_reads_as_kafka_s_tools_write_it(tmp_path: Path) -> No
         "sasl.username": "alice",
         "sasl.password": "p=ss:word",  # only the first separator splits
     }
-    path.write_text("sasl.password=a\\\n  b\n")
-    with pytest.raises(ConfigurationError, match="continued lines are not supported"):
+    # as Java reads it: a byte-order mark, a continued line, escapes, trailing blanks kept
+    path.write_text(
+        "\ufeffsasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule \\\n"
+        '    required username="alice" \\\n    password="s3cret";\n'
+        "ssl.ca.location=C:\\\\certs\\\\ca.pem\n"
+        "client.id = tab\\there  \n"
+        "weird\\=key=\\u00e9\n",
+        encoding="utf-8",
+    )
+    assert load_properties(path) == {
+        "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule "
+        'required username="alice" password="s3cret";',
+        "ssl.ca.location": "C:\\certs\\ca.pem",
+        "client.id": "tab\there  ",
+        "weird=key": "\u00e9",
+    }
+    path.write_text("bad=\\u12\n")
+    with pytest.raises(ConfigurationError, match="malformed"):
         load_properties(path)
     with pytest.raises(ConfigurationError, match="cannot be read"):
         load_properties(tmp_path / "absent")
@@ -102,3 +118,49 @@ def test_config_hides_the_password_of_the_database_url(cli: Cli) -> None:
     assert result.code == 0, result.err
     assert "s3cret" not in result.out
     assert 'database_url = "postgresql+psycopg://orders:***@db:5432/orders"' in result.out
+
+
+def test_a_flag_wins_over_a_file_variable_too_and_both_come_back_after(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """In a pod whose settings come from mounted files (``..._FILE``), an operator's flag must
+    still win, not collide with the file variable ("both ... are set")."""
+    (tmp_path / "password").write_text("from-the-secret\n")
+    (tmp_path / "bootstrap").write_text("pod-kafka:9092\n")
+    (tmp_path / "client.properties").write_text("sasl.password=from-the-flag\n")
+    env = {
+        "OUTBOX_PRODUCER_GROUP": "orders",
+        "OUTBOX_BOOTSTRAP_SERVERS_FILE": str(tmp_path / "bootstrap"),
+        "OUTBOX_KAFKA__SASL_PASSWORD_FILE": str(tmp_path / "password"),
+    }
+    result = cli(
+        "--bootstrap-server",
+        "flag-kafka:9092",
+        "--command-config",
+        str(tmp_path / "client.properties"),
+        "config",
+        "--service",
+        "producer",
+        "--json",
+        env=env,
+    )
+    assert result.code == 0, result.err
+    import json
+
+    producer = json.loads(result.out)["producer"]
+    assert producer["bootstrap_servers"] == "flag-kafka:9092"
+    assert producer["kafka"] == {"sasl.password": "***"}
+    assert os.environ["OUTBOX_KAFKA__SASL_PASSWORD_FILE"] == str(tmp_path / "password")
+    assert "OUTBOX_KAFKA__SASL_PASSWORD" not in os.environ
+    assert "OUTBOX_CONFIG_FILE" not in os.environ
+
+
+def test_config_hides_a_password_given_in_a_url_s_query(cli: Cli) -> None:
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": "k:9092",
+        "OUTBOX_PRODUCER_GROUP": "orders",
+        "OUTBOX_DATABASE_URL": "postgresql+psycopg://db/orders?user=orders&password=s3cret&x=1",
+    }
+    result = cli("config", "--service", "producer", env=env)
+    assert result.code == 0, result.err
+    assert "s3cret" not in result.out and "password=***&x=1" in result.out

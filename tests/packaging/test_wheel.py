@@ -6,6 +6,7 @@ that does not start."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -21,8 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str | Path, cwd: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run(
-        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     assert done.returncode == 0, f"{args}: {done.stdout[-2000:]}\n{done.stderr[-3000:]}"
 
@@ -51,4 +59,4 @@ def test_the_wheel_in_a_fresh_virtualenv_runs_the_quickstart(
     )
     work = tmp_path / "app"
     work.mkdir()
-    run_quickstart(kafka_bootstrap, work, venv / "bin")
+    run_quickstart(kafka_bootstrap, work, venv / "bin", isolated=True)

@@ -180,3 +180,27 @@ def test_the_audit_reads_the_config_file_given_by_flag_and_leaves_the_environmen
     assert main(["--config", str(tmp_path / "outbox.toml")]) == EXIT_USAGE
     assert "outbox.toml [audit] bootstrap_servers = 7" in capsys.readouterr().err
     assert "OUTBOX_CONFIG_FILE" not in os.environ
+
+
+def test_a_command_config_adds_to_the_kafka_settings_of_the_environment(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--command-config`` merges over ``OUTBOX_AUDIT_KAFKA__*`` (as the flag before the command
+    does), it does not throw them away; the audit's keys are the Java client's."""
+    from checker.audit.cli import settings_from
+
+    (tmp_path / "jaas").write_text('PlainLoginModule required username="a" password="b";\n')
+    monkeypatch.setenv("OUTBOX_AUDIT_KAFKA__SASL_JAAS_CONFIG_FILE", str(tmp_path / "jaas"))
+    monkeypatch.setenv("OUTBOX_AUDIT_KAFKA__CLIENT_ID", "from-env")
+    (tmp_path / "client.properties").write_text(
+        "security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nclient.id=from-file\n"
+    )
+    args = build_parser().parse_args(
+        ["--bootstrap-server", "k:1", "--command-config", str(tmp_path / "client.properties")]
+    )
+    assert settings_from(args).kafka == {
+        "sasl.jaas.config": 'PlainLoginModule required username="a" password="b";',
+        "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "PLAIN",
+        "client.id": "from-file",
+    }

@@ -53,6 +53,16 @@ def test_serving_on_loopback_while_advertising_another_host_warns(
     assert "OUTBOX_CHECK_HOST" in caplog.text
 
 
+def test_serving_on_every_interface_without_an_advertised_address_warns(
+    producer: OutboxProducer, engine: sa.Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    # half of the fix the loopback warning asks for: 0.0.0.0 announced is no address at all
+    with caplog.at_level(logging.WARNING, logger="outbox"):
+        server = producer.serve_checks("0.0.0.0", engine=engine, secret="s")
+    assert f"advertises {server.url}, which is no address a checker can reach" in caplog.text
+    assert "OUTBOX_CHECK_ADVERTISE_URL" in caplog.text
+
+
 def test_the_endpoint_is_served_and_announced_as_its_settings_say(
     outbox_settings: OutboxSettings, engine: sa.Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -93,4 +103,6 @@ def test_the_endpoint_is_served_and_announced_as_its_settings_say(
             assert {r.check_url for r in registry.live(settings.producer_group)} == {advertised}
         finally:
             registry.close()
-    assert "cannot reach" not in caplog.text and "only a checker" not in caplog.text
+    # listening on every interface: no warning about a loopback-only endpoint (the advertised
+    # 127.0.0.2 stands for a pod IP here, and is warned about as the loopback address it is)
+    assert "unless a proxy" not in caplog.text

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +51,41 @@ def test_while_rotating_the_endpoint_accepts_the_new_and_the_previous_secret_onl
     assert [status(settled, s) for s in (NEW, OLD)] == [200, 401]
     with pytest.raises(ConfigurationError, match="OUTBOX_CHECK_PREVIOUS_SECRET"):
         CheckSettings(previous_secret=OLD.encode(), insecure_local=True)
+
+
+def test_an_empty_secret_is_none_and_a_garbled_signature_is_refused() -> None:
+    # "" (an unset Secret key) with insecure_local: unsigned requests answered, as the checker
+    # sends them for an empty secret (before: every request refused)
+    local = CheckHandler(CheckSettings(secret=b"", insecure_local=True), Committed())
+    body = json.dumps({"txn_ids": [new_transaction_id()]}).encode()
+    assert local.handle(method="POST", path=CHECK_PATH, headers={}, body=body).status == 200
+    # a signature header that is not ASCII is a wrong signature, not a server error
+    guarded = CheckHandler(CheckSettings(secret=NEW.encode()), Committed())
+    headers = {**sign(NEW.encode(), "POST", CHECK_PATH, body), "x-outbox-signature": "é" * 64}
+    assert guarded.handle(method="POST", path=CHECK_PATH, headers=headers, body=body).status == 401
+
+
+@pytest.mark.integration
+def test_a_secret_passed_in_code_keeps_the_settings_previous_one(
+    outbox_settings: OutboxSettings, engine: sa.Engine
+) -> None:
+    settings = dataclasses.replace(outbox_settings, check_previous_secret=OLD, check_secret=NEW)
+    with OutboxProducer(settings) as producer:
+        server = producer.serve_checks(engine=engine, secret=NEW)  # the old docs' pattern
+        for secret, expected in ((NEW, 200), (OLD, 200), ("another", 401)):
+            body = json.dumps({"txn_ids": [new_transaction_id()]}).encode()
+            request = urllib.request.Request(
+                server.url + CHECK_PATH,
+                data=body,
+                headers=sign(secret.encode(), "POST", CHECK_PATH, body),
+                method="POST",
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    status = response.status
+            except urllib.error.HTTPError as err:
+                status = err.code
+            assert status == expected, secret
 
 
 @pytest.mark.integration
