@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from checker.plan import RoundPlan
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.dead_letter import DeadLetterHeader, dead_letter_headers
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord, encode_op
@@ -83,14 +84,16 @@ class RoundWriter:
         self.refusals = refusals
         self.timeout_s = timeout_s
         self._producer = Producer(
-            {
-                **config,
-                "transactional.id": transactional_id,
-                "transaction.timeout.ms": int(timeout_s * 1000),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-            }
+            log_to_python(
+                {
+                    **config,
+                    "transactional.id": transactional_id,
+                    "transaction.timeout.ms": int(timeout_s * 1000),
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                }
+            )
         )
         _init(self._producer, timeout_s)
         self._open = False

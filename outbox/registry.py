@@ -8,6 +8,7 @@ import uuid
 
 from confluent_kafka import Producer
 
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.registry import Registration, encode_registration
 from outbox.settings import OutboxSettings
 
@@ -37,7 +38,7 @@ class Heartbeat:
         self.topic = settings.topics.registry
         self.interval_s = interval_s
         self._producer = Producer(
-            {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+            log_to_python({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka})
         )
         self._stop = threading.Event()
         self._beat()

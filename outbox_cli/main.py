@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from outbox.env import CONFIG_FILE_VARIABLE
 from outbox.errors import ConfigurationError, OutboxError
+from outbox.kafka_logging import LOGGER_NAME as LIBRDKAFKA_LOGGER
 from outbox_cli.errors import EXIT_CODES, PROBLEM, USAGE, CommandError, UsageError
 from outbox_cli.history import DEFAULT_SLACK_S, parse_duration
 
@@ -25,6 +26,8 @@ PROG = "kafka-outbox"
 #: SQLAlchemy to draw the help).
 PRUNE_RETENTION_S = 14 * 24 * 3600.0
 PASS_THROUGH = ("audit", "demo")
+#: The long-running services: their log keeps librdkafka's lines without ``--debug``.
+SERVICE_COMMANDS = ("relay", "checker")
 
 
 def version() -> str:
@@ -207,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else USAGE
     if args.config:
         os.environ[CONFIG_FILE_VARIABLE] = args.config
-    _logging(args.debug)
+    _logging(args.debug, args.command)
     try:
         return dispatch(args, rest)
     except KeyboardInterrupt:
@@ -233,13 +236,15 @@ def _message(err: BaseException) -> str:
     return f"unexpected {type(err).__name__}: {err} (run with --debug for the traceback)"
 
 
-def _logging(debug: bool) -> None:
+def _logging(debug: bool, command: str | None) -> None:
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    if not debug:
-        logging.getLogger("kafka_outbox.librdkafka").setLevel(logging.CRITICAL)
+    if not debug and command not in SERVICE_COMMANDS:
+        # A command's failure is its one line; a service's log shows librdkafka's (as it does
+        # when started with python -m relay).
+        logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.CRITICAL)
 
 
 def dispatch(args: argparse.Namespace, rest: list[str]) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import sys
 import tempfile
@@ -45,6 +46,7 @@ from outbox import (
     ensure_topics,
     migrations,
 )
+from outbox.kafka_logging import log_to_python
 from outbox.testing import start_kafka
 from relay import Relay, RelaySettings
 
@@ -148,12 +150,14 @@ def place_with_listener(
 
 def consume(bootstrap: str, tally: Tally, stop: threading.Event) -> None:
     consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "orders-demo-reader",
-            "isolation.level": "read_committed",
-            "auto.offset.reset": "earliest",
-        }
+        log_to_python(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "orders-demo-reader",
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+            }
+        )
     )
     consumer.subscribe([ORDERS_TOPIC])
     try:
@@ -235,6 +239,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--timeout", type=float, default=90.0)
     args = parser.parse_args()
+    # Warnings say where they come from (librdkafka's as outbox.librdkafka), as the audit's do.
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
 
     workdir = Path(tempfile.mkdtemp(prefix="outbox-demo-"))
     print("starting a local Kafka broker ...", flush=True)
@@ -247,12 +253,14 @@ def main() -> int:
 
 def create_real_topic(bootstrap: str, topic: str, *, partitions: int) -> None:
     """The topic the service's events go to: the relay never creates topics by accident."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient(log_to_python({"bootstrap.servers": bootstrap}))
     try:
         admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(30)
     except KafkaException as err:
         if err.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise
+    finally:
+        admin.poll(0)  # an admin client's librdkafka log comes out only when it is polled
 
 
 def run(args: argparse.Namespace, bootstrap: str, workdir: Path) -> int:
