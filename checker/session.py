@@ -105,7 +105,8 @@ class Session:
         )
         self.instances = LiveInstances(config, self.names.registry, settings.registry_ttl_s)
         self.fetcher = HalfFetcher(config, self.names.half)
-        self.admin = AdminClient(log_to_python(config))
+        #: None once the session has ended (:meth:`run` lets go of it).
+        self.admin: AdminClient | None = AdminClient(log_to_python(config))
         self.pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
         self.round = CheckRound(
             settings,
@@ -147,6 +148,10 @@ class Session:
         finally:
             self.health.set_ready(False, "stopped")
             self.pool.shutdown()
+            # The session lives in reference cycles (its round and its consumer hold its bound
+            # methods), which only the cyclic collector frees, some time later: until then the
+            # admin client would stay connected and log a stopped broker's refused reconnects.
+            self.admin = None
             self.writer.close()
             self.consumer.close()
             self.instances.close()
@@ -259,6 +264,8 @@ class Session:
         """High-watermarks of ``partitions`` in one request per leader; a partition whose
         offset could not be had is left out (treated as not read to its end)."""
         admin = self.admin
+        if admin is None:
+            return {}  # the session has ended
         request = {
             TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
             for p in sorted(partitions)
