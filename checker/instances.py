@@ -10,6 +10,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 
 from outbox.errors import ProtocolError
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.registry import Registration, decode_registration
 
 log = logging.getLogger("checker")
@@ -22,7 +23,9 @@ class LiveInstances:
         self.ttl_ms = int(ttl_s * 1000)
         self._seen: dict[bytes, tuple[Registration, int]] = {}
         self._consumer = Consumer(
-            {**config, "group.id": "outbox-checker-registry", "enable.auto.commit": False}
+            log_to_python(
+                {**config, "group.id": "outbox-checker-registry", "enable.auto.commit": False}
+            )
         )
         self._consumer.assign([TopicPartition(topic, 0, 0)])
 

@@ -35,6 +35,7 @@ from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
@@ -90,19 +91,22 @@ class Session:
             refusals,
         )
         self.consumer = Consumer(
-            {
-                **config,
-                "group.id": settings.group_id,
-                "partition.assignment.strategy": "range",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.partition.eof": True,
-            }
+            log_to_python(
+                {
+                    **config,
+                    "group.id": settings.group_id,
+                    "partition.assignment.strategy": "range",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                    "enable.partition.eof": True,
+                }
+            )
         )
         self.instances = LiveInstances(config, self.names.registry, settings.registry_ttl_s)
         self.fetcher = HalfFetcher(config, self.names.half)
-        self.admin = AdminClient(config)
+        #: None once the session has ended (:meth:`run` lets go of it).
+        self.admin: AdminClient | None = AdminClient(log_to_python(config))
         self.pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
         self.round = CheckRound(
             settings,
@@ -144,6 +148,10 @@ class Session:
         finally:
             self.health.set_ready(False, "stopped")
             self.pool.shutdown()
+            # The session lives in reference cycles (its round and its consumer hold its bound
+            # methods), which only the cyclic collector frees, some time later: until then the
+            # admin client would stay connected and log a stopped broker's refused reconnects.
+            self.admin = None
             self.writer.close()
             self.consumer.close()
             self.instances.close()
@@ -255,11 +263,14 @@ class Session:
     def _end_offsets(self, topic: str, partitions: set[int], timeout: float) -> dict[int, int]:
         """High-watermarks of ``partitions`` in one request per leader; a partition whose
         offset could not be had is left out (treated as not read to its end)."""
+        admin = self.admin
+        if admin is None:
+            return {}  # the session has ended
         request = {
             TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
             for p in sorted(partitions)
         }
-        futures = self.admin.list_offsets(
+        futures = admin.list_offsets(
             request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout
         )
         ends: dict[int, int] = {}
@@ -268,6 +279,7 @@ class Session:
                 ends[tp.partition] = int(future.result().offset)
             except KafkaException as err:
                 log.warning("end offset of %s [%d] not known: %s", topic, tp.partition, err)
+        admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
         return ends
 
     def _read_halves_to_end(self, partitions: set[int]) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from checker.plan import RoundPlan
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.dead_letter import DeadLetterHeader, dead_letter_headers
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord, encode_op
@@ -82,19 +83,27 @@ class RoundWriter:
         self.group_id = group_id
         self.refusals = refusals
         self.timeout_s = timeout_s
-        self._producer = Producer(
-            {
-                **config,
-                "transactional.id": transactional_id,
-                "transaction.timeout.ms": int(timeout_s * 1000),
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 5,
-            }
+        self._handle: Producer | None = Producer(
+            log_to_python(
+                {
+                    **config,
+                    "transactional.id": transactional_id,
+                    "transaction.timeout.ms": int(timeout_s * 1000),
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                }
+            )
         )
         _init(self._producer, timeout_s)
         self._open = False
         self._refused: list[tuple[str, str, Callable[[str], None]]] = []
+
+    @property
+    def _producer(self) -> Producer:
+        if self._handle is None:
+            raise RoundFailed("the round writer is closed")
+        return self._handle
 
     def write(self, plan: RoundPlan, offsets: list[TopicPartition], group_metadata: Any) -> None:
         """Write ``plan`` and commit the consumer positions ``offsets`` with it.
@@ -203,12 +212,21 @@ class RoundWriter:
             self._producer.produce(topic, value, key, partition, delivered, headers=headers or None)
 
     def close(self) -> None:
+        """Abort an open round, wait up to 5 s for what is queued, and let go of the producer.
+
+        Its librdkafka handle goes with it now: the session that holds this writer lives in
+        reference cycles, which only the cyclic collector frees, some time later; until then the
+        producer would stay connected and log a stopped broker's refused reconnects.
+        """
+        if self._handle is None:
+            return
         if self._open:
             try:
-                self._producer.abort_transaction(5)
+                self._handle.abort_transaction(5)
             except KafkaException as err:
                 log.warning("abort on close: %s", err)
-        self._producer.flush(5)
+        self._handle.flush(5)
+        self._handle = None
 
 
 def _init(producer: Producer, timeout_s: float, attempts: int = 10) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.half import HalfRecord, decode_half
 
 log = logging.getLogger("outbox")
@@ -32,14 +33,16 @@ class HalfFetcher:
         self.timeout_s = timeout_s
         self.fetches = 0
         self._consumer = Consumer(
-            {
-                **config,
-                "group.id": "outbox-fetch",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "error",
-                "enable.partition.eof": True,
-            }
+            log_to_python(
+                {
+                    **config,
+                    "group.id": "outbox-fetch",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "error",
+                    "enable.partition.eof": True,
+                }
+            )
         )
 
     def fetch(self, partition: int, offsets: Sequence[int], txn_id: str) -> list[HalfRecord] | None:

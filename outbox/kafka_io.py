@@ -26,6 +26,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 
 from outbox.acks import Waiter, backoff_s, future_setter
 from outbox.errors import HalfSendError, KafkaOperationError, ProducerClosedError
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.half import HalfMessage, encode_half_headers
 from outbox.protocol.op import OpRecord, encode_op
 from outbox.protocol.states import CheckBy
@@ -60,9 +61,9 @@ class KafkaIO:
             "message.timeout.ms": int(settings.send_timeout_s * 1000),
             **settings.kafka,
         }
-        self._producer: Producer | None = Producer(config)
+        self._producer: Producer | None = Producer(log_to_python(config))
         self._op_producer: Producer | None = Producer(
-            {**config, "linger.ms": settings.op_linger_ms}
+            log_to_python({**config, "linger.ms": settings.op_linger_ms})
         )
         self._closed = threading.Event()
         self.ops_failed = 0

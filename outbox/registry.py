@@ -8,6 +8,7 @@ import uuid
 
 from confluent_kafka import Producer
 
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.registry import Registration, encode_registration
 from outbox.settings import OutboxSettings
 
@@ -36,8 +37,8 @@ class Heartbeat:
         )
         self.topic = settings.topics.registry
         self.interval_s = interval_s
-        self._producer = Producer(
-            {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
+        self._producer: Producer | None = Producer(
+            log_to_python({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka})
         )
         self._stop = threading.Event()
         self._beat()
@@ -45,9 +46,12 @@ class Heartbeat:
         self._thread.start()
 
     def _beat(self) -> None:
+        producer = self._producer
+        if producer is None:
+            return  # closed
         key, value = encode_registration(self.registration)
-        self._producer.produce(self.topic, key=key, value=value)
-        self._producer.poll(0)
+        producer.produce(self.topic, key=key, value=value)
+        producer.poll(0)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -57,7 +61,12 @@ class Heartbeat:
                 log.exception("heartbeat to %s failed", self.topic)
 
     def close(self) -> None:
+        """Tombstone the registration (waiting up to 5 s for it) and let go of the producer, so
+        that nothing of it stays connected to the broker whoever still holds this object."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
         self._stop.set()
         self._thread.join(5)
-        self._producer.produce(self.topic, key=self.registration.key, value=None)
-        self._producer.flush(5)
+        producer.produce(self.topic, key=self.registration.key, value=None)
+        producer.flush(5)

@@ -15,6 +15,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.state import StateOwner, StateValue, decode_state
 from outbox.protocol.topics import TopicNames
 
@@ -54,14 +55,16 @@ def read_state(
     if not starts:
         return {}
     reader = Consumer(
-        {
-            **config,
-            "group.id": f"{group_id}-state",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
+        log_to_python(
+            {
+                **config,
+                "group.id": f"{group_id}-state",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+            }
+        )
     )
     found: dict[str, tuple[int, StateValue]] = {}
     try:

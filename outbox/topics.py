@@ -14,6 +14,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from outbox.errors import KafkaOperationError, TopicMismatchError
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.topics import (
     OP_CLEANUP_POLICY,
     TopicNames,
@@ -47,14 +48,19 @@ def ensure_topics(
         KafkaOperationError: the broker could not be reached or refused the creation.
     """
     names = settings.topics
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers, **_admin_extra(settings)})
-    existing = _existing_partitions(admin, names, timeout)
-    wanted = {t: _partitions(names, t, settings) for t in names.all()}
-    missing = [t for t in names.all() if t not in existing]
-    if missing:
-        _create(admin, names, settings, missing, wanted, replication_factor, timeout)
-        _wait_for_leaders(admin, missing, timeout)
-    problems = _verify(admin, names, settings, existing, timeout)
+    admin = AdminClient(
+        log_to_python({"bootstrap.servers": settings.bootstrap_servers, **_admin_extra(settings)})
+    )
+    try:
+        existing = _existing_partitions(admin, names, timeout)
+        wanted = {t: _partitions(names, t, settings) for t in names.all()}
+        missing = [t for t in names.all() if t not in existing]
+        if missing:
+            _create(admin, names, settings, missing, wanted, replication_factor, timeout)
+            _wait_for_leaders(admin, missing, timeout)
+        problems = _verify(admin, names, settings, existing, timeout)
+    finally:
+        admin.poll(0)  # its librdkafka log (e.g. why the broker was not reached), before it goes
     if problems:
         raise TopicMismatchError(
             "internal topics exist with settings the outbox cannot use: "
@@ -91,8 +97,12 @@ def _partitions(names: TopicNames, topic: str, settings: OutboxSettings) -> int:
 
 
 def _admin_extra(settings: OutboxSettings) -> dict[str, Any]:
-    # Security settings of the producer apply to the admin client too.
-    return {k: v for k, v in settings.kafka.items() if k.startswith(("security.", "sasl.", "ssl."))}
+    # Security settings of the producer apply to the admin client too, and the user's logger.
+    return {
+        k: v
+        for k, v in settings.kafka.items()
+        if k.startswith(("security.", "sasl.", "ssl.")) or k == "logger"
+    }
 
 
 def _existing_partitions(admin: AdminClient, names: TopicNames, timeout: float) -> dict[str, int]:

@@ -2,12 +2,12 @@
 
 Every scan is ``read_committed`` (put-back copies and resumes are written transactionally) and
 ends at each partition's end as it was when the scan started, so a command always terminates.
-librdkafka's own log lines are kept off the terminal unless ``--debug`` is given.
+librdkafka's own log lines go to Python logging (:mod:`outbox.kafka_logging`), which keeps them
+off the terminal unless ``--debug`` is given (:func:`outbox_cli.main.main`).
 """
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -16,10 +16,9 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from outbox.kafka_logging import log_to_python
 from outbox_cli.errors import CommandError, UnreachableError
 
-#: librdkafka's log, routed to Python logging: shown with ``--debug`` only.
-librdkafka_log = logging.getLogger("kafka_outbox.librdkafka")
 #: librdkafka keys that say how to connect; the operator commands keep only these.
 CONNECTION_KEYS = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker.", "connections.")
 
@@ -27,7 +26,7 @@ CONNECTION_KEYS = ("security.", "sasl.", "ssl.", "socket.", "client.", "broker."
 def connection(bootstrap: str, kafka: Mapping[str, Any]) -> dict[str, Any]:
     """Client settings: the bootstrap servers and the connection keys of ``kafka``."""
     extra = {k: v for k, v in kafka.items() if k.startswith(CONNECTION_KEYS)}
-    return {"bootstrap.servers": bootstrap, **extra, "logger": librdkafka_log}
+    return log_to_python({"bootstrap.servers": bootstrap, **extra})
 
 
 def probe(config: Mapping[str, Any], timeout: float, variable: str) -> dict[str, int]:
@@ -40,6 +39,8 @@ def probe(config: Mapping[str, Any], timeout: float, variable: str) -> dict[str,
             f"cannot reach Kafka at {config['bootstrap.servers']} within {timeout:g} s "
             f"({err.args[0].str()}); check {variable}"
         ) from err
+    finally:
+        admin.poll(0)  # its librdkafka log (why it was not reached, with --debug) comes out here
     return {
         name: len(topic.partitions)
         for name, topic in metadata.topics.items()

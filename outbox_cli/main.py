@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from outbox.env import CONFIG_FILE_VARIABLE, FILE_SUFFIX
 from outbox.errors import ConfigurationError, OutboxError
+from outbox.kafka_logging import LOGGER_NAME as LIBRDKAFKA_LOGGER
 from outbox_cli.errors import EXIT_CODES, PROBLEM, USAGE, CommandError, UsageError
 from outbox_cli.history import DEFAULT_SLACK_S, parse_duration
 
@@ -30,6 +31,8 @@ DB_URL_HELP = (
     "SQLAlchemy URL of the producer's DB; default: OUTBOX_DATABASE_URL, OUTBOX_DATABASE_URL_FILE "
     "(a file holding it, keeping the password out of ps) or database_url in [producer]"
 )
+#: The long-running services: their log keeps librdkafka's lines without ``--debug``.
+SERVICE_COMMANDS = ("relay", "checker")
 
 
 def version() -> str:
@@ -224,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"unrecognized arguments: {' '.join(rest)}")
     except SystemExit as done:  # --help (0) or bad usage (2), already printed by argparse
         return done.code if isinstance(done.code, int) else USAGE
-    _logging(args.debug)
+    _logging(args.debug, args.command)
     try:
         with _scoped_environment(args):
             return dispatch(args, rest)
@@ -279,13 +282,15 @@ def _message(err: BaseException) -> str:
     return f"unexpected {type(err).__name__}: {err} (run with --debug for the traceback)"
 
 
-def _logging(debug: bool) -> None:
+def _logging(debug: bool, command: str | None) -> None:
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    if not debug:
-        logging.getLogger("kafka_outbox.librdkafka").setLevel(logging.CRITICAL)
+    if not debug and command not in SERVICE_COMMANDS:
+        # A command's failure is its one line; a service's log shows librdkafka's (as it does
+        # when started with python -m relay).
+        logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.CRITICAL)
 
 
 def dispatch(args: argparse.Namespace, rest: list[str]) -> int:

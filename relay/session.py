@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from prometheus_client import Histogram
 
 from outbox.fetch import HalfFetcher
+from outbox.kafka_logging import log_to_python
 from outbox.service_health import Health
 from relay.accounting import Accounting
 from relay.batch import BatchCommitter
@@ -78,7 +79,7 @@ class Session:
         settings = self.settings
         self.health.touch()
         config = base_config(settings)
-        producer = Producer(producer_config(settings))
+        producer = Producer(log_to_python(producer_config(settings)))
         history = OpHistory(config, self.names.op)
         fetcher = HalfFetcher(config, self.names.half)
         topics = TopicCache(
@@ -100,7 +101,7 @@ class Session:
         try:
             producer.init_transactions(settings.transaction_timeout_s * 3)
             self.health.touch()
-            consumer = Consumer(consumer_config(settings))
+            consumer = Consumer(log_to_python(consumer_config(settings)))
             consumer.subscribe(
                 [self.names.half, self.names.op],
                 on_assign=rebalance.on_assign,

@@ -10,6 +10,8 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from outbox.kafka_logging import log_to_python
+
 log = logging.getLogger("relay")
 
 
@@ -26,7 +28,7 @@ class TopicCache:
         auto_create: bool = False,
         auto_create_partitions: int = -1,
     ) -> None:
-        self._admin = AdminClient(config)
+        self._admin = AdminClient(log_to_python(config))
         self.refresh_s = refresh_s
         self.miss_refresh_s = miss_refresh_s
         self.auto_create = auto_create
@@ -52,6 +54,8 @@ class TopicCache:
         except KafkaException as err:
             log.warning("cannot refresh topic metadata: %s", err)
             return
+        finally:
+            self._admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
         self._topics = {n for n, t in metadata.topics.items() if t.error is None}
         self._at = time.monotonic()
 
@@ -64,4 +68,6 @@ class TopicCache:
             if err.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: someone else made it
                 log.error("cannot create real topic %s: %s", topic, err)
                 return
+        finally:
+            self._admin.poll(0)
         self._topics.add(topic)

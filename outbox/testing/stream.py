@@ -24,6 +24,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from outbox.kafka_logging import log_to_python
 from outbox.protocol.dead_letter import dead_letter_headers
 from outbox.protocol.half import HalfMessage, encode_half_headers
 from outbox.protocol.headers import Header
@@ -78,15 +79,17 @@ class StreamWriter:
         self.partitions = partitions
         self.errors: list[str] = []
         self.producer = Producer(
-            {
-                "bootstrap.servers": bootstrap_servers,
-                "enable.idempotence": True,
-                "linger.ms": 20,
-                "batch.size": 1_000_000,
-                "queue.buffering.max.messages": 1_000_000,
-                "compression.type": "lz4",
-                **(producer_config or {}),
-            }
+            log_to_python(
+                {
+                    "bootstrap.servers": bootstrap_servers,
+                    "enable.idempotence": True,
+                    "linger.ms": 20,
+                    "batch.size": 1_000_000,
+                    "queue.buffering.max.messages": 1_000_000,
+                    "compression.type": "lz4",
+                    **(producer_config or {}),
+                }
+            )
         )
 
     # -- what producers write --------------------------------------------------------------
