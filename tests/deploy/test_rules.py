@@ -191,3 +191,11 @@ def test_the_target_down_alert_watches_the_jobs_the_pod_monitors_set() -> None:
     [up] = selectors(rule("OutboxTargetDown")["expr"])
     [job] = [m for m in up.matchers.matchers if m.name == "job"]
     assert set(job.value.split("|")) == jobs
+
+
+def test_the_readme_lists_every_alert_with_its_severity() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    start = readme.index("\n### Metrics and alerts\n")
+    section = readme[start : readme.index("\n### ", start + 1)]
+    listed = dict(re.findall(r"^\| `(\w+)` \| (\w+) \|", section, flags=re.MULTILINE))
+    assert listed == {r["alert"]: r["labels"]["severity"] for r in alerting_rules()}
