@@ -1,11 +1,14 @@
 """A small kustomize, enough for deploy/k8s, so the manifests are rendered and checked offline.
 
 Covers what the base and the overlays use: ``resources`` (files and kustomization folders),
-``namespace``, ``labels`` (``pairs`` on metadata only), ``images`` (``newName``/``newTag``/
-``digest``) and ``patches`` given as strategic-merge files (maps merge, lists of named items
-merge by ``name``, other lists are replaced, ``null`` deletes). Anything else in a
-kustomization.yaml is refused, so the renderer cannot silently drift from what kustomize does;
-tests/deploy/test_manifests.py also compares it with ``kubectl kustomize`` where that exists.
+``components`` (folders of ``kind: Component``: their resources join the including
+kustomization's, and their own fields apply to everything accumulated so far, before the
+including kustomization's), ``namespace``, ``labels`` (``pairs`` on metadata only), ``images``
+(``newName``/``newTag``/``digest``) and ``patches`` given as strategic-merge files (maps merge,
+lists of named items merge by ``name``, other lists are replaced, ``null`` deletes). Anything
+else in a kustomization.yaml is refused, so the renderer cannot silently drift from what
+kustomize does; tests/deploy/test_manifests.py also compares it with ``kubectl kustomize`` where
+that exists.
 """
 
 from __future__ import annotations
@@ -16,7 +19,18 @@ from typing import Any
 
 import yaml
 
-SUPPORTED = {"apiVersion", "kind", "resources", "namespace", "labels", "images", "patches"}
+SUPPORTED = {
+    "apiVersion",
+    "kind",
+    "resources",
+    "components",
+    "namespace",
+    "labels",
+    "images",
+    "patches",
+}
+#: ``kind`` of a kustomization that only renders inside another one (``components:``).
+COMPONENT = "Component"
 #: Kinds that have no namespace.
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 
@@ -27,16 +41,42 @@ def load_all(path: Path) -> list[Resource]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def render(folder: Path) -> list[Resource]:
-    """The resources ``kubectl kustomize folder`` would print (in no particular order)."""
-    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+def kustomization_of(folder: Path) -> dict[str, Any]:
+    kustomization: dict[str, Any] = yaml.safe_load((folder / "kustomization.yaml").read_text())
     unknown = set(kustomization) - SUPPORTED
     if unknown:
         raise ValueError(f"{folder}/kustomization.yaml uses {sorted(unknown)}: not covered here")
+    return kustomization
+
+
+def render(folder: Path) -> list[Resource]:
+    """The resources ``kubectl kustomize folder`` would print (in no particular order)."""
+    kustomization = kustomization_of(folder)
+    if kustomization.get("kind") == COMPONENT:
+        raise ValueError(f"{folder} is a component: it renders only inside a kustomization")
+    resources = _accumulate(folder, kustomization)
+    for entry in kustomization.get("components", []):
+        component = kustomization_of(folder / entry)
+        if component.get("kind") != COMPONENT:
+            raise ValueError(f"{folder / entry} is listed as a component but is not one")
+        if "components" in component:
+            raise ValueError(f"{folder / entry}: components of a component are not covered here")
+        resources += _accumulate(folder / entry, component)
+        _transform(resources, component, folder / entry)
+    _transform(resources, kustomization, folder)
+    return resources
+
+
+def _accumulate(folder: Path, kustomization: dict[str, Any]) -> list[Resource]:
     resources: list[Resource] = []
     for entry in kustomization.get("resources", []):
         path = folder / entry
         resources += render(path) if path.is_dir() else load_all(path)
+    return resources
+
+
+def _transform(resources: list[Resource], kustomization: dict[str, Any], folder: Path) -> None:
+    """Apply a kustomization's patches, labels, namespace and images to ``resources``."""
     for patch in kustomization.get("patches", []):
         _patch(resources, load_all(folder / patch["path"]), folder)
     for label in kustomization.get("labels", []):
@@ -51,7 +91,6 @@ def render(folder: Path) -> list[Resource]:
     for image in kustomization.get("images", []):
         for resource in resources:
             _set_images(resource, image)
-    return resources
 
 
 def _patch(resources: list[Resource], patches: list[Resource], folder: Path) -> None:

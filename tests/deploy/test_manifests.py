@@ -1,6 +1,8 @@
 """deploy/k8s: every rendered manifest is valid against the Kubernetes schemas (offline, from
 kubernetes-validate) and consistent with the code: real settings, real commands, probes on the
-health port, resources, disruption budgets, the image's non-root user."""
+health port, resources, disruption budgets, the image's non-root user. The Prometheus Operator's
+resources, which those schemas do not know, are checked by tests/deploy/test_monitors.py and
+test_rules.py."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
 IMAGE_USER = 10001  # USER in deploy/Containerfile
 #: The producer Deployment snippet users copy (no kustomization renders it).
 PRODUCER = DEPLOY / "k8s" / "producer" / "deployment.yaml"
+#: Custom resources of the Prometheus Operator (deploy/k8s/monitoring), by apiVersion: no
+#: Kubernetes schema knows them.
+CUSTOM = {"monitoring.coreos.com/v1": {"PodMonitor", "PrometheusRule"}}
 
 
 def rendered(folder: Path) -> list[Resource]:
@@ -66,6 +71,9 @@ def test_every_rendered_manifest_is_valid_for_kubernetes(folder: Path, version: 
     resources = rendered(folder)
     assert resources
     for resource in resources:
+        if resource["apiVersion"] in CUSTOM:
+            assert resource["kind"] in CUSTOM[resource["apiVersion"]], key(resource)
+            continue
         try:
             kubernetes_validate.validate(resource, version, strict=True)
         except kubernetes_validate.ValidationError as err:
@@ -204,13 +212,19 @@ def test_the_python_renderer_matches_kubectl_kustomize(folder: Path) -> None:
 
 
 def test_every_yaml_file_under_deploy_k8s_parses_and_is_used() -> None:
+    """Each manifest is listed by a kustomization (the base, an overlay or a component), and
+    each component by an overlay that renders it."""
     used: set[Path] = set()
-    for folder in FOLDERS:
+    folders = [p.parent for p in (DEPLOY / "k8s").rglob("kustomization.yaml")]
+    for folder in folders:
         kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
         used |= {(folder / r).resolve() for r in kustomization.get("resources", [])}
         used |= {(folder / p["path"]).resolve() for p in kustomization.get("patches", [])}
+        used |= {(folder / c).resolve() for c in kustomization.get("components", [])}
+    components = {f.resolve() for f in folders if f.resolve() not in {g.resolve() for g in FOLDERS}}
+    assert components - used == set(), "components no overlay includes"
     files = {p.resolve() for p in (DEPLOY / "k8s").rglob("*.yaml")}
-    files -= {(f / "kustomization.yaml").resolve() for f in FOLDERS}
+    files -= {(f / "kustomization.yaml").resolve() for f in folders}
     files -= {PRODUCER.resolve()}  # a snippet for the application's own manifests: tested below
     for path in files:
         assert load_all(path), f"{path} is empty"
