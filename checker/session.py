@@ -35,6 +35,7 @@ from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
+from outbox.logs import fields
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
@@ -267,7 +268,13 @@ class Session:
             try:
                 ends[tp.partition] = int(future.result().offset)
             except KafkaException as err:
-                log.warning("end offset of %s [%d] not known: %s", topic, tp.partition, err)
+                log.warning(
+                    "end offset of %s [%d] not known: %s",
+                    topic,
+                    tp.partition,
+                    err,
+                    extra=fields(topic=topic, partition=tp.partition),
+                )
         return ends
 
     def _read_halves_to_end(self, partitions: set[int]) -> bool:

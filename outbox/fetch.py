@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
+from outbox.logs import fields
 from outbox.protocol.half import HalfRecord, decode_half
 
 log = logging.getLogger("outbox")
@@ -64,6 +65,7 @@ class HalfFetcher:
                 txn_id,
                 len(wanted) - len(records),
                 wanted,
+                extra=fields(txn_id=txn_id, partition=partition, offsets=wanted),
             )
             return None
         return records

@@ -26,6 +26,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 
 from outbox.acks import Waiter, backoff_s, future_setter
 from outbox.errors import HalfSendError, KafkaOperationError, ProducerClosedError
+from outbox.logs import fields
 from outbox.protocol.half import HalfMessage, encode_half_headers
 from outbox.protocol.op import OpRecord, encode_op
 from outbox.protocol.states import CheckBy
@@ -105,7 +106,7 @@ class KafkaIO:
         except HalfSendError as err:
             if self.settings.send_attempts <= 1 or not _retriable(err):
                 raise
-            log.warning("half send of transaction %s failed (%s); retrying", batch.txn_id, err)
+            _retrying(batch, err)
         time.sleep(0.1)
         try:
             for attempt in Retrying(
@@ -135,7 +136,7 @@ class KafkaIO:
             except HalfSendError as err:
                 if attempt >= self.settings.send_attempts or not _retriable(err):
                     raise
-                log.warning("half send of transaction %s failed (%s); retrying", batch.txn_id, err)
+                _retrying(batch, err)
             await asyncio.sleep(backoff_s(attempt))
             attempt += 1
 
@@ -223,9 +224,7 @@ class KafkaIO:
         transaction is already decided in the database, and the checker resolves it from there.
         """
         if self._closed.is_set():
-            self.ops_failed += 1
-            log.warning("op %s for %s not sent: producer closed", op.state, op.txn_id)
-            return False
+            return self._op_failed(op, "producer closed")
         key, value = encode_op(op)
         waiter = Waiter(1)
         wait = self.settings.wait_for_op
@@ -289,6 +288,7 @@ class KafkaIO:
             op.state.value,
             op.txn_id,
             why,
+            extra=fields(txn_id=op.txn_id, partition=op.half_partition, offsets=op.half_offsets),
         )
         return False
 
@@ -328,6 +328,15 @@ class KafkaIO:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+
+def _retrying(batch: HalfBatch, err: HalfSendError) -> None:
+    log.warning(
+        "half send of transaction %s failed (%s); retrying",
+        batch.txn_id,
+        err,
+        extra=fields(txn_id=batch.txn_id, partition=batch.partition),
+    )
 
 
 def _retriable(err: BaseException) -> bool:
