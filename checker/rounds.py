@@ -27,6 +27,7 @@ from checker.settings import CheckerSettings
 from checker.tracker import Pending, Tracker
 from checker.writer import Refusals
 from outbox.fetch import HalfFetcher
+from outbox.logs import fields
 from outbox.protocol.check import CheckedTransaction, split_requests
 from outbox.protocol.half import why_incomplete
 from outbox.protocol.op import OpRecord
@@ -245,8 +246,19 @@ class CheckRound:
         self, entry: Pending, reason: str, plan: RoundPlan, *, incomplete: bool = False
     ) -> None:
         """Dead-letter copies of its records, then the GIVEN_UP op, in the same round."""
-        log.error("giving up transaction %s of group %s: %s", entry.txn_id, entry.group, reason)
         entry = self._with_records(entry)
+        log.error(
+            "giving up transaction %s of group %s: %s",
+            entry.txn_id,
+            entry.group,
+            reason,
+            extra=fields(
+                txn_id=entry.txn_id,
+                group=entry.group,
+                partition=entry.partition,
+                offsets=entry.offsets,
+            ),
+        )
         for index in sorted(entry.records):
             plan.letters.append((entry.records[index], reason))
         self._decide(entry, OpState.GIVEN_UP, reason, plan, int(time.time() * 1000), incomplete)

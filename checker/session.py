@@ -36,6 +36,7 @@ from checker.writer import Refusals, RoundFailed, RoundWriter
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
+from outbox.logs import fields
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
@@ -278,7 +279,13 @@ class Session:
             try:
                 ends[tp.partition] = int(future.result().offset)
             except KafkaException as err:
-                log.warning("end offset of %s [%d] not known: %s", topic, tp.partition, err)
+                log.warning(
+                    "end offset of %s [%d] not known: %s",
+                    topic,
+                    tp.partition,
+                    err,
+                    extra=fields(topic=topic, partition=tp.partition),
+                )
         admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
         return ends
 

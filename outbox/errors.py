@@ -107,7 +107,22 @@ class KafkaOperationError(OutboxError):
 
 
 class HalfSendError(KafkaOperationError):
-    """Raised when a half message was not acknowledged; the local transaction was not committed."""
+    """Raised when a half message was not acknowledged; the local transaction was not committed.
+
+    ``reason`` says how a send failed, as ``outbox_producer_half_send_failures_total`` counts
+    it: ``timeout`` (no acknowledgement in time: is the broker up?), ``refused`` (the broker or
+    librdkafka refused a record, ``kafka_error`` says why), ``queue_full`` (librdkafka's local
+    queue) or ``error`` (anything else, e.g. ``produce()`` raised for an unknown partition).
+    """
+
+    TIMEOUT = "timeout"
+    REFUSED = "refused"
+    QUEUE_FULL = "queue_full"
+    ERROR = "error"
+
+    def __init__(self, message: str, kafka_error: Any = None, *, reason: str = ERROR) -> None:
+        super().__init__(message, kafka_error)
+        self.reason = reason
 
 
 class TransactionFencedError(OutboxError):

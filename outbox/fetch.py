@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
 from outbox.kafka_logging import log_to_python
+from outbox.logs import fields
 from outbox.protocol.half import HalfRecord, decode_half
 
 log = logging.getLogger("outbox")
@@ -67,6 +68,7 @@ class HalfFetcher:
                 txn_id,
                 len(wanted) - len(records),
                 wanted,
+                extra=fields(txn_id=txn_id, partition=partition, offsets=wanted),
             )
             return None
         return records

@@ -1,4 +1,5 @@
-"""The producer's Kafka side: half records sent and awaited, op records sent best-effort.
+"""The producer's Kafka side: half records sent and awaited, op records sent best-effort
+(:mod:`outbox.op_writer`).
 
 Two librdkafka producers (idempotent, ``acks=all``) serve every thread: one for half records,
 which a sender waits for (``linger.ms`` 1: no wait for company), and one for op records, which
@@ -10,6 +11,10 @@ an event loop. A Kafka request costs the process some 350 us of CPU (a third of 
 transaction's SQL through SQLAlchemy), so under load fewer requests leave more of the core to
 the transactions. A background thread per producer serves delivery callbacks, so a
 sender waits only for its own records, not for everybody's (``flush()`` would).
+
+Each half send attempt is measured from its records handed to librdkafka to their
+acknowledgement, and each failed one counted by its reason, when the producer has metrics
+(:mod:`outbox.metrics`; without prometheus_client that costs an ``is None`` check).
 """
 
 from __future__ import annotations
@@ -21,14 +26,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, Producer
 from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from outbox.acks import Waiter, backoff_s, future_setter
 from outbox.errors import HalfSendError, KafkaOperationError, ProducerClosedError
 from outbox.kafka_logging import log_to_python
+from outbox.logs import fields
+from outbox.metrics import ProducerMetrics
+from outbox.op_writer import OpWriter
 from outbox.protocol.half import HalfMessage, encode_half_headers
-from outbox.protocol.op import OpRecord, encode_op
+from outbox.protocol.op import OpRecord
 from outbox.protocol.states import CheckBy
 from outbox.settings import OutboxSettings
 
@@ -49,10 +57,12 @@ class HalfBatch:
 
 
 class KafkaIO:
-    """Sends half and op records for one producer group."""
+    """Sends half and op records for one producer group; ``metrics`` (None without
+    prometheus_client) counts them."""
 
-    def __init__(self, settings: OutboxSettings) -> None:
+    def __init__(self, settings: OutboxSettings, metrics: ProducerMetrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics
         config = {
             "bootstrap.servers": settings.bootstrap_servers,
             "enable.idempotence": True,
@@ -66,8 +76,8 @@ class KafkaIO:
             log_to_python({**config, "linger.ms": settings.op_linger_ms})
         )
         self._closed = threading.Event()
-        self.ops_failed = 0
-        self.ops_sent = 0
+        #: The op records (:mod:`outbox.op_writer`).
+        self.ops = OpWriter(settings, lambda: self._ops, self._closed, metrics)
         self._pollers = [
             threading.Thread(target=self._poll, args=(p,), name=name, daemon=True)
             for p, name in (
@@ -90,6 +100,16 @@ class KafkaIO:
             raise ProducerClosedError("this outbox producer is closed; create a new one")
         return self._op_producer
 
+    @property
+    def ops_sent(self) -> int:
+        """Op records the broker took since this producer started."""
+        return self.ops.sent
+
+    @property
+    def ops_failed(self) -> int:
+        """Op records not written since this producer started (the checker decides those)."""
+        return self.ops.failed
+
     def _poll(self, producer: Producer) -> None:
         while not self._closed.is_set():
             producer.poll(0.05)
@@ -106,7 +126,7 @@ class KafkaIO:
         except HalfSendError as err:
             if self.settings.send_attempts <= 1 or not _retriable(err):
                 raise
-            log.warning("half send of transaction %s failed (%s); retrying", batch.txn_id, err)
+            _retrying(batch, err)
         time.sleep(0.1)
         try:
             for attempt in Retrying(
@@ -136,24 +156,44 @@ class KafkaIO:
             except HalfSendError as err:
                 if attempt >= self.settings.send_attempts or not _retriable(err):
                     raise
-                log.warning("half send of transaction %s failed (%s); retrying", batch.txn_id, err)
+                _retrying(batch, err)
             await asyncio.sleep(backoff_s(attempt))
             attempt += 1
 
     async def _send_once_async(self, batch: HalfBatch) -> list[int]:
-        acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = self._produce_batch(batch, on_done=future_setter(acknowledged))
+        metrics = self.metrics
+        started = 0.0 if metrics is None else time.perf_counter()
         try:
-            await asyncio.wait_for(acknowledged, self.settings.send_timeout_s + 5)
-        except TimeoutError:
-            raise HalfSendError(self._unacknowledged(batch)) from None
-        return self._outcome(batch, waiter)
+            acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            waiter = self._produce_batch(batch, on_done=future_setter(acknowledged))
+            try:
+                await asyncio.wait_for(acknowledged, self.settings.send_timeout_s + 5)
+            except TimeoutError:
+                raise self._unacknowledged(batch) from None
+            offsets = self._outcome(batch, waiter)
+        except HalfSendError as err:
+            if metrics is not None:
+                metrics.half_failed(err.reason)
+            raise
+        if metrics is not None:
+            metrics.half_acknowledged(time.perf_counter() - started)
+        return offsets
 
     def _send_once(self, batch: HalfBatch) -> list[int]:
-        waiter = self._produce_batch(batch)
-        if not waiter.done.wait(self.settings.send_timeout_s + 5):
-            raise HalfSendError(self._unacknowledged(batch))
-        return self._outcome(batch, waiter)
+        metrics = self.metrics
+        started = 0.0 if metrics is None else time.perf_counter()
+        try:
+            waiter = self._produce_batch(batch)
+            if not waiter.done.wait(self.settings.send_timeout_s + 5):
+                raise self._unacknowledged(batch)
+            offsets = self._outcome(batch, waiter)
+        except HalfSendError as err:
+            if metrics is not None:
+                metrics.half_failed(err.reason)
+            raise
+        if metrics is not None:
+            metrics.half_acknowledged(time.perf_counter() - started)
+        return offsets
 
     def _produce_batch(self, batch: HalfBatch, on_done: Callable[[], None] | None = None) -> Waiter:
         """Hand the batch's records to librdkafka (which only queues them)."""
@@ -175,18 +215,21 @@ class KafkaIO:
             self._produce(topic, batch.txn_id.encode(), message.value, headers, batch, waiter, i)
         return waiter
 
-    def _unacknowledged(self, batch: HalfBatch) -> str:
-        return (
+    def _unacknowledged(self, batch: HalfBatch) -> HalfSendError:
+        return HalfSendError(
             f"half message(s) of transaction {batch.txn_id} not acknowledged within "
             f"{self.settings.send_timeout_s} s; is Kafka at "
-            f"{self.settings.bootstrap_servers} up?"
+            f"{self.settings.bootstrap_servers} up?",
+            reason=HalfSendError.TIMEOUT,
         )
 
     def _outcome(self, batch: HalfBatch, waiter: Waiter) -> list[int]:
         if waiter.errors:
             error = waiter.errors[0]
             raise HalfSendError(
-                f"half message(s) of transaction {batch.txn_id} refused: {error.str()}", error
+                f"half message(s) of transaction {batch.txn_id} refused: {error.str()}",
+                error,
+                reason=HalfSendError.REFUSED,
             )
         return [o for o in waiter.offsets if o is not None]
 
@@ -210,88 +253,25 @@ class KafkaIO:
                 on_delivery=waiter.callback(i),
             )
         except BufferError as err:
-            raise HalfSendError(f"the producer's local queue is full: {err}") from err
+            raise HalfSendError(
+                f"the producer's local queue is full: {err}", reason=HalfSendError.QUEUE_FULL
+            ) from err
         except Exception as err:  # KafkaException from produce(): e.g. unknown partition
             kafka_error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
             raise HalfSendError(f"cannot send a half message: {err}", kafka_error) from err
 
     def send_op(self, op: OpRecord) -> bool:
-        """Send an op record; False (logged, counted) when it failed.
-
-        One-way by default, as RocketMQ's end-transaction: True means queued, and a failed
-        delivery is counted and logged from its delivery report. With ``wait_for_op`` the call
-        waits up to ``op_timeout_s`` for the acknowledgement. Failure is never raised: the
-        transaction is already decided in the database, and the checker resolves it from there.
-        """
-        if self._closed.is_set():
-            self.ops_failed += 1
-            log.warning("op %s for %s not sent: producer closed", op.state, op.txn_id)
-            return False
-        key, value = encode_op(op)
-        waiter = Waiter(1)
-        wait = self.settings.wait_for_op
-        if not self._produce_op(op, key, value, waiter if wait else None):
-            return False
-        if not wait:
-            return True
-        if not waiter.done.wait(self.settings.op_timeout_s):
-            return self._op_failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
-        return self._op_outcome(op, waiter)
+        """Send an op record; False (logged, counted) when it failed (:meth:`OpWriter.send`).
+        Failure is never raised: the transaction is already decided in the database, and the
+        checker resolves it from there."""
+        return self.ops.send(op)
 
     async def send_op_async(self, op: OpRecord) -> bool:
-        """:meth:`send_op` for asyncio: with ``wait_for_op`` the acknowledgement is awaited
-        without blocking the loop; otherwise the same one-way send."""
+        """:meth:`send_op` for asyncio: an op waited for is awaited without blocking the loop
+        (:meth:`OpWriter.send_async`); a one-way one goes through :meth:`send_op`."""
         if not self.settings.wait_for_op or self._closed.is_set():
             return self.send_op(op)
-        key, value = encode_op(op)
-        acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiter = Waiter(1, future_setter(acknowledged))
-        if not self._produce_op(op, key, value, waiter):
-            return False
-        try:
-            await asyncio.wait_for(acknowledged, self.settings.op_timeout_s)
-        except TimeoutError:
-            return self._op_failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
-        return self._op_outcome(op, waiter)
-
-    def _produce_op(self, op: OpRecord, key: bytes, value: bytes, waiter: Waiter | None) -> bool:
-        """Queue the op; False (counted) when librdkafka refused it at once."""
-        try:
-            self._ops.produce(
-                self.settings.topics.op,
-                key=key,
-                value=value,
-                partition=op.half_partition,
-                on_delivery=waiter.callback(0) if waiter else self._op_delivered(op),
-            )
-        except Exception as err:
-            return self._op_failed(op, repr(err))
-        return True
-
-    def _op_outcome(self, op: OpRecord, waiter: Waiter) -> bool:
-        if waiter.errors:
-            return self._op_failed(op, waiter.errors[0].str())
-        self.ops_sent += 1
-        return True
-
-    def _op_delivered(self, op: OpRecord) -> Callable[[KafkaError | None, Message], None]:
-        def on_delivery(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
-                self.ops_sent += 1
-            else:
-                self._op_failed(op, err.str())
-
-        return on_delivery
-
-    def _op_failed(self, op: OpRecord, why: str) -> bool:
-        self.ops_failed += 1
-        log.warning(
-            "op %s for transaction %s not written (%s); the checker will resolve it",
-            op.state.value,
-            op.txn_id,
-            why,
-        )
-        return False
+        return await self.ops.send_async(op)
 
     def partitions(self) -> int:
         """Partition count of the half topic, as the broker reports it."""
@@ -329,6 +309,15 @@ class KafkaIO:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+
+def _retrying(batch: HalfBatch, err: HalfSendError) -> None:
+    log.warning(
+        "half send of transaction %s failed (%s); retrying",
+        batch.txn_id,
+        err,
+        extra=fields(txn_id=batch.txn_id, partition=batch.partition),
+    )
 
 
 def _retriable(err: BaseException) -> bool:

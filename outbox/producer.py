@@ -11,6 +11,10 @@ Create one per process and share it between threads::
     async with producer.transaction(AsyncSession) as txn:   # asyncio: the same, awaited
         txn.session.add(Order(...))
         await txn.send("orders", b"...", key=b"order-1")
+
+With ``prometheus_client`` installed (the ``metrics`` extra) the producer counts its sends, ops,
+checks and fences in its default ``REGISTRY``, or in ``metrics_registry=``
+(:mod:`outbox.metrics`); without it, nothing is imported or counted.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ from outbox.checks.server import CheckServer
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.kafka_io import KafkaIO
 from outbox.message import Serializer
+from outbox.metrics import producer_metrics
 from outbox.registry import Heartbeat, new_instance_id
 from outbox.scope import SessionSource, TransactionScope
 from outbox.settings import OutboxSettings
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 
@@ -46,12 +52,25 @@ AsyncSessionSource = Union["AsyncSession", Callable[[], "AsyncSession"]]
 
 
 class OutboxProducer:
-    """Sends half messages, runs local transactions, writes op records."""
+    """Sends half messages, runs local transactions, writes op records.
 
-    def __init__(self, settings: OutboxSettings, *, serializer: Serializer | None = None) -> None:
+    ``metrics_registry``: where its metrics go; None (the default) is prometheus_client's
+    ``REGISTRY`` if it is installed, else no metrics. Producers sharing a registry share its
+    collectors, each under its ``group`` label (:mod:`outbox.metrics`).
+    """
+
+    def __init__(
+        self,
+        settings: OutboxSettings,
+        *,
+        serializer: Serializer | None = None,
+        metrics_registry: CollectorRegistry | None = None,
+    ) -> None:
         self.settings = settings
         self.serializer = serializer
-        self.kafka = KafkaIO(settings)
+        #: None without prometheus_client; for a resolver made by hand (``metrics=``).
+        self.metrics = producer_metrics(settings.producer_group, metrics_registry)
+        self.kafka = KafkaIO(settings, self.metrics)
         self._partitions: int | None = None
         self._services: list[Callable[[], None]] = []
         self._listener: tuple[CheckingListener, FunctionResolver] | None = None
@@ -132,7 +151,9 @@ class OutboxProducer:
         check_settings = self._check_settings(secret, insecure_local)
         router = self._router(engine, resolver, lock_timeout_s, "serve_checks")
         instance_id = new_instance_id()
-        server = CheckServer(check_settings, router, host, port, instance_id=instance_id)
+        server = CheckServer(
+            check_settings, router, host, port, instance_id=instance_id, metrics=self.metrics
+        )
         warn_unreachable(host, server.url, advertise_url)
         heartbeat = Heartbeat(
             self.settings,
@@ -183,6 +204,7 @@ class OutboxProducer:
                 engine,  # type: ignore[arg-type]
                 self.settings.producer_group,
                 lock_timeout_s=lock_timeout_s,
+                metrics=self.metrics,
             )
         warn_unreachable(None, advertise_url, advertise_url)
         check_settings = self._check_settings(secret, insecure_local)
@@ -193,7 +215,9 @@ class OutboxProducer:
             heartbeat = Heartbeat(self.settings, announced, version=_version())
             return heartbeat.close
 
-        app = CheckApp(check_settings, router, start=start, on_loop=self.use_loop)
+        app = CheckApp(
+            check_settings, router, start=start, on_loop=self.use_loop, metrics=self.metrics
+        )
         self._services += [router.close]
         return app
 
@@ -216,7 +240,10 @@ class OutboxProducer:
     ) -> CheckRouter:
         if resolver is None and engine is not None:
             resolver = FencedResolver(
-                engine, self.settings.producer_group, lock_timeout_s=lock_timeout_s
+                engine,
+                self.settings.producer_group,
+                lock_timeout_s=lock_timeout_s,
+                metrics=self.metrics,
             )
         if resolver is None and self._listener is None:
             raise ConfigurationError(

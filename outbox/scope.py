@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.evidence import write_evidence
+from outbox.logs import fields
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
 from outbox.transaction import OutboxTransaction, TransactionHost
@@ -201,7 +202,11 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
                 db.rollback()
             except Exception:
                 # The DB did not commit either way; the ROLLBACK op below is still the truth.
-                log.exception("DB rollback of transaction %s failed", txn.txn_id)
+                log.exception(
+                    "DB rollback of transaction %s failed",
+                    txn.txn_id,
+                    extra=fields(txn_id=txn.txn_id),
+                )
             txn.finish(LocalTransactionState.ROLLBACK)
         raise
     finally:
@@ -265,7 +270,11 @@ async def run_async(
                 await txn.close()  # a send under way lands in what is rolled back
                 await db.rollback()
             except Exception:
-                log.exception("DB rollback of transaction %s failed", txn.txn_id)
+                log.exception(
+                    "DB rollback of transaction %s failed",
+                    txn.txn_id,
+                    extra=fields(txn_id=txn.txn_id),
+                )
             await txn.finish(LocalTransactionState.ROLLBACK)
         raise
     finally:
@@ -291,7 +300,11 @@ async def _discard_async(db: AsyncSession, txn_id: str) -> None:
     try:
         await db.invalidate()
     except Exception:
-        log.exception("closing the connections of transaction %s failed", txn_id)
+        log.exception(
+            "closing the connections of transaction %s failed",
+            txn_id,
+            extra=fields(txn_id=txn_id),
+        )
 
 
 # -- shared ----------------------------------------------------------------------------------
@@ -307,7 +320,11 @@ def _other_session(txn_id: str) -> str:
 
 def _commit_failed(txn: OutboxTransaction) -> None:
     txn.state = LocalTransactionState.UNKNOWN
-    log.warning("DB commit of transaction %s failed; leaving it to the checker", txn.txn_id)
+    log.warning(
+        "DB commit of transaction %s failed; leaving it to the checker",
+        txn.txn_id,
+        extra=fields(txn_id=txn.txn_id, partition=txn.partition, offsets=txn.offsets),
+    )
 
 
 def _discard_connections(invalidate: Callable[[], None], txn_id: str) -> None:
@@ -321,4 +338,8 @@ def _discard_connections(invalidate: Callable[[], None], txn_id: str) -> None:
     try:
         invalidate()
     except Exception:
-        log.exception("closing the connections of transaction %s failed", txn_id)
+        log.exception(
+            "closing the connections of transaction %s failed",
+            txn_id,
+            extra=fields(txn_id=txn_id),
+        )

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
 from outbox.kafka_logging import log_to_python
+from outbox.logs import fields
 from outbox.protocol.state import StateOwner, StateValue, decode_state
 from outbox.protocol.topics import TopicNames
 
@@ -100,7 +101,14 @@ def _apply(
     try:
         key, value = decode_state(msg.key(), msg.value(), partition=partition)
     except ProtocolError as err:
-        log.warning("unreadable state record at %s[%d]: %s", msg.topic(), partition, err)
+        log.warning(
+            "unreadable state record at %s[%d] offset %s: %s",
+            msg.topic(),
+            partition,
+            msg.offset(),
+            err,
+            extra=fields(topic=msg.topic(), partition=partition, offset=msg.offset()),
+        )
         return
     if key.owner is not owner or key.group != group_id:
         return

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.checks.listener import CheckingListener
 from outbox.errors import InvalidMessageError
+from outbox.logs import fields
 from outbox.message import Message, MessageView, message_headers
 from outbox.producer import OutboxProducer
 from outbox.protocol.half import HalfMessage
@@ -133,7 +134,11 @@ class TransactionalProducer:
         try:
             state = self.listener.execute_local_transaction(msg, arg)
         except Exception:
-            log.exception("execute_local_transaction of %s raised; state UNKNOWN", txn.txn_id)
+            log.exception(
+                "execute_local_transaction of %s raised; state UNKNOWN",
+                txn.txn_id,
+                extra=fields(txn_id=txn.txn_id),
+            )
             return LocalTransactionState.UNKNOWN
         return _checked(txn.txn_id, state)
 
@@ -205,7 +210,11 @@ class AsyncTransactionalProducer:
                 if inspect.isawaitable(state):  # a plain function returning an awaitable
                     state = await state
         except Exception:
-            log.exception("execute_local_transaction of %s raised; state UNKNOWN", txn_id)
+            log.exception(
+                "execute_local_transaction of %s raised; state UNKNOWN",
+                txn_id,
+                extra=fields(txn_id=txn_id),
+            )
             return LocalTransactionState.UNKNOWN
         return _checked(txn_id, state)
 
@@ -230,6 +239,7 @@ def _checked(txn_id: str, state: object) -> LocalTransactionState:
             "treating it as UNKNOWN",
             txn_id,
             state,
+            extra=fields(txn_id=txn_id),
         )
         return LocalTransactionState.UNKNOWN
     return state

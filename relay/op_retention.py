@@ -22,6 +22,7 @@ import logging
 
 from confluent_kafka import Consumer, TopicPartition
 
+from outbox.logs import fields
 from relay.progress import Progress
 from relay.rebalance import Rebuild
 from relay.state import PartitionState
@@ -61,5 +62,6 @@ def past_removed_ops(consumer: Consumer, op_topic: str, partition: int, at: Prog
         at.op_offset,
         low - 1,
         low,
+        extra=fields(topic=op_topic, partition=partition),
     )
     return dataclasses.replace(at, op_offset=int(low), rebuild_from=max(at.rebuild_from, int(low)))

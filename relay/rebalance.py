@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from outbox.errors import OutboxError
+from outbox.logs import fields
 from relay.accounting import Accounting
 from relay.flow_control import FlowControl
 from relay.log_ends import LogEnds
@@ -141,6 +142,7 @@ class Rebalance:
                     p,
                     state.half_position,
                     state.op_read_position,
+                    extra=fields(partition=p),
                 )
         return kept
 

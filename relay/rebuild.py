@@ -21,6 +21,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
 from outbox.kafka_logging import log_to_python
+from outbox.logs import fields
 from outbox.protocol.op import OpRecord, decode_op
 from outbox.protocol.state import Parked, StateOwner
 from outbox.protocol.states import TERMINAL_STATES, OpState
@@ -218,6 +219,7 @@ def rebuild(
         progress.rebuild_from,
         len(state.decided),
         len(state.parked),
+        extra=fields(partition=partition),
     )
     return state
 
@@ -278,6 +280,7 @@ class Rebuilder:
                     at.half_offset,
                     low - 1,
                     low,
+                    extra=fields(topic=self._half, partition=p),
                 )
                 at = dataclasses.replace(at, half_offset=int(low), gap=(at.half_offset, int(low)))
             states[p] = rebuild(

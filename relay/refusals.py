@@ -17,6 +17,7 @@ from typing import Protocol
 
 from confluent_kafka import KafkaError
 
+from outbox.logs import fields
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord
 
@@ -89,7 +90,17 @@ class Refusals:
             if len(self._parked_logged) > 100_000:
                 self._parked_logged.clear()
             self._parked_logged.add(op.txn_id)
-            log.warning("transaction %s parked: %s", op.txn_id, why)
+            log.warning(
+                "transaction %s parked: %s",
+                op.txn_id,
+                why,
+                extra=fields(
+                    txn_id=op.txn_id,
+                    group=op.producer_group,
+                    partition=op.half_partition,
+                    offsets=op.half_offsets,
+                ),
+            )
         return why
 
     def _why_not(self, topics: Topics, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
@@ -127,7 +138,10 @@ class Refusals:
             if txn_id is not None:
                 self.refused[txn_id] = now
                 log.error(
-                    "transaction %s: its real topic refused a write (%s); parked", txn_id, why
+                    "transaction %s: its real topic refused a write (%s); parked",
+                    txn_id,
+                    why,
+                    extra=fields(txn_id=txn_id),
                 )
             else:  # a dead letter or a put-back copy: nothing to park, the batch is redone
                 log.error(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from outbox.logs import fields
 from outbox.protocol.dead_letter import DeadLetterHeader
 from outbox.protocol.half import copy_headers
 from outbox.protocol.op import encode_op
@@ -109,7 +110,17 @@ class Writer:
     def _reject(self, producer: Producer, action: Reject) -> None:
         op = action.op
         reason = f"{op.state.value} op at offset {op.offset} for {op.txn_id}: {action.reason}"
-        log.error("dead-lettering: %s", reason)
+        log.error(
+            "dead-lettering: %s",
+            reason,
+            extra=fields(
+                txn_id=op.txn_id,
+                group=op.producer_group,
+                topic=self.names.op,
+                partition=op.partition,
+                offset=op.offset,
+            ),
+        )
         key, value = encode_op(op)
         source = (self.names.op, op.partition, op.offset)
         self._dead_letter(producer, reason, source, key, value, None)
@@ -216,6 +227,7 @@ class Writer:
                 "pending where it is, and the committed half offset waits for its decision",
                 txn_id,
                 err.str(),
+                extra=fields(txn_id=txn_id),
             )
         if len(self.unmovable) > 100_000:
             self.unmovable.clear()

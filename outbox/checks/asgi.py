@@ -35,6 +35,7 @@ from typing import Any
 from outbox.checks.handler import CheckHandler, CheckSettings, Response, body_too_large
 from outbox.checks.resolver import Resolver
 from outbox.checks.routing import CheckRouter
+from outbox.metrics import ProducerMetrics
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -56,6 +57,7 @@ class CheckApp:
             it; run in a worker thread, as it talks to Kafka.
         instance_id: the one instance requests must be addressed to; None answers any (several
             workers behind one URL).
+        metrics: counts the answers (``outbox_producer_checks_answered_total``).
     """
 
     def __init__(
@@ -66,10 +68,11 @@ class CheckApp:
         start: Starter | None = None,
         on_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None,
         instance_id: str | None = None,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
-        self._checks = CheckHandler(settings, _unused, instance_id=instance_id)
+        self._checks = CheckHandler(settings, _unused, instance_id=instance_id, metrics=metrics)
         self._start = start
         self._on_loop = on_loop
         self._stop: Callable[[], None] | None = None

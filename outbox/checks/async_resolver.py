@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from outbox.checks.resolver import FencedResolver, State
+from outbox.metrics import ProducerMetrics
 from outbox.protocol.check import CheckedTransaction
 
 if TYPE_CHECKING:
@@ -21,18 +22,24 @@ if TYPE_CHECKING:
 
 class AsyncFencedResolver:
     """Answers from the evidence table on an ``AsyncEngine``, fencing transactions that left
-    none (see :class:`~outbox.checks.resolver.FencedResolver`)."""
+    none (see :class:`~outbox.checks.resolver.FencedResolver`; ``metrics`` counts the fences
+    as there)."""
 
     #: Needs only the transaction ids: a value the checker left out need not be fetched.
     needs_messages = False
 
     def __init__(
-        self, engine: AsyncEngine, producer_group: str, *, lock_timeout_s: float = 2.0
+        self,
+        engine: AsyncEngine,
+        producer_group: str,
+        *,
+        lock_timeout_s: float = 2.0,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.engine = engine
         self.producer_group = producer_group
         self._fenced = FencedResolver(
-            engine.sync_engine, producer_group, lock_timeout_s=lock_timeout_s
+            engine.sync_engine, producer_group, lock_timeout_s=lock_timeout_s, metrics=metrics
         )
 
     async def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:

@@ -18,6 +18,7 @@ from typing import Any
 from outbox.checks.auth import ReplayGuard, verify
 from outbox.checks.resolver import Resolver
 from outbox.errors import ConfigurationError, ProtocolError
+from outbox.metrics import ProducerMetrics
 from outbox.protocol.check import CHECK_PATH, CheckRequest, decode_request, encode_reply
 from outbox.protocol.states import LocalTransactionState
 
@@ -90,15 +91,22 @@ class CheckHandler:
 
     ``instance_id`` is the registration this endpoint heartbeats under: a request addressed to
     another instance is refused (a request captured on its way to one instance cannot be
-    replayed against another). None accepts any.
+    replayed against another). None accepts any. ``metrics`` counts every answer given, here
+    where the threaded and the ASGI endpoint both answer, whichever resolver gave it.
     """
 
     def __init__(
-        self, settings: CheckSettings, resolver: Resolver, *, instance_id: str | None = None
+        self,
+        settings: CheckSettings,
+        resolver: Resolver,
+        *,
+        instance_id: str | None = None,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.resolver = resolver
         self.instance_id = instance_id
+        self.metrics = metrics
         self._replays = ReplayGuard(settings.max_skew_s)
 
     def handle(self, *, method: str, path: str, headers: dict[str, str], body: bytes) -> Response:
@@ -148,7 +156,10 @@ class CheckHandler:
     ) -> Response:
         """The reply: a state for every id asked about (a missing one is UNKNOWN)."""
         unknown = LocalTransactionState.UNKNOWN
-        return Response(200, encode_reply({t: states.get(t, unknown) for t in request.txn_ids}))
+        answers = {t: states.get(t, unknown) for t in request.txn_ids}
+        if self.metrics is not None:
+            self.metrics.answered(answers.values())
+        return Response(200, encode_reply(answers))
 
     def _authenticate(
         self, method: str, path: str, headers: dict[str, str], body: bytes

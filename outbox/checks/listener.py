@@ -28,6 +28,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from outbox.logs import fields
 from outbox.message import MessageView
 from outbox.protocol.check import CheckedTransaction
 from outbox.protocol.half import HalfRecord
@@ -128,6 +129,7 @@ class FunctionResolver:
                     "check_local_transaction gave no answer for %s within %.1f s; UNKNOWN",
                     txn_id,
                     self.answer_timeout_s,
+                    extra=fields(txn_id=txn_id),
                 )
                 answers[txn_id] = State.UNKNOWN
         return answers
@@ -142,6 +144,7 @@ class FunctionResolver:
                     "answering UNKNOWN for %s without asking",
                     self._running,
                     check.txn_id,
+                    extra=fields(txn_id=check.txn_id),
                 )
                 return State.UNKNOWN
         if check.half is None or check.value_omitted:
@@ -149,6 +152,7 @@ class FunctionResolver:
                 "the check of %s carries no half message (a checker older than this producer, "
                 "or its value could not be read back); UNKNOWN - upgrade the checker",
                 check.txn_id,
+                extra=fields(txn_id=check.txn_id),
             )
             return State.UNKNOWN
         return None
@@ -176,7 +180,11 @@ class FunctionResolver:
             if inspect.isawaitable(answer):
                 answer = self._await(answer)
         except Exception:
-            log.exception("check_local_transaction raised for %s; UNKNOWN", message.transaction_id)
+            log.exception(
+                "check_local_transaction raised for %s; UNKNOWN",
+                message.transaction_id,
+                extra=fields(txn_id=message.transaction_id),
+            )
             return State.UNKNOWN
         if not isinstance(answer, State):
             log.error(
@@ -184,6 +192,7 @@ class FunctionResolver:
                 "UNKNOWN - return LocalTransactionState.COMMIT, ROLLBACK or UNKNOWN",
                 answer,
                 message.transaction_id,
+                extra=fields(txn_id=message.transaction_id),
             )
             return State.UNKNOWN
         return answer

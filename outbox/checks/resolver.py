@@ -24,6 +24,7 @@ from typing import Protocol
 import sqlalchemy as sa
 
 from outbox.evidence import EVIDENCE, FENCE, evidence_table
+from outbox.metrics import ProducerMetrics
 from outbox.protocol.check import CheckedTransaction
 from outbox.protocol.ids import transaction_id_millis
 from outbox.protocol.states import LocalTransactionState
@@ -40,17 +41,27 @@ class Resolver(Protocol):
 
 
 class FencedResolver:
-    """Answers from the evidence table, fencing transactions that left none."""
+    """Answers from the evidence table, fencing transactions that left none.
+
+    ``metrics`` counts each fence written (``outbox_producer_fences_total``); a resolver made
+    by the producer gets the producer's, one made by hand takes ``metrics=producer.metrics``.
+    """
 
     #: Needs only the transaction ids: a value the checker left out need not be fetched.
     needs_messages = False
 
     def __init__(
-        self, engine: sa.Engine, producer_group: str, *, lock_timeout_s: float = 2.0
+        self,
+        engine: sa.Engine,
+        producer_group: str,
+        *,
+        lock_timeout_s: float = 2.0,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
         self.engine = engine
         self.producer_group = producer_group
         self.lock_timeout_s = lock_timeout_s
+        self.metrics = metrics
 
     def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
         with self.engine.connect() as conn:
@@ -93,7 +104,6 @@ class FencedResolver:
         try:
             with conn.begin(), self._bounded_wait(conn):
                 conn.execute(evidence_table.insert(), [row])
-            return State.ROLLBACK
         except sa.exc.IntegrityError:
             # The transaction committed its evidence while we waited (or a fence exists).
             kind = self._known(conn, [txn_id]).get(txn_id)
@@ -102,6 +112,9 @@ class FencedResolver:
             # Lock wait ran out (PG lock_timeout, SQLite busy; asyncpg reports it as a plain
             # DBAPIError), or the database failed: the transaction may still be running.
             return State.UNKNOWN
+        if self.metrics is not None:  # committed: the transaction can no longer commit
+            self.metrics.fenced()
+        return State.ROLLBACK
 
     @contextmanager
     def _bounded_wait(self, conn: sa.Connection) -> Iterator[None]:

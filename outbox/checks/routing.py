@@ -21,6 +21,7 @@ from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.resolver import Resolver, State
 from outbox.errors import ConfigurationError
 from outbox.fetch import HalfFetcher
+from outbox.logs import fields
 from outbox.protocol.check import CheckedTransaction
 from outbox.protocol.states import CheckBy
 
@@ -82,7 +83,11 @@ class CheckRouter:
         by_listener = [c for c in checks if c.check_by == CheckBy.LISTENER]
         answers = {c.txn_id: State.UNKNOWN for c in checks if c.check_by not in tuple(CheckBy)}
         for txn_id in answers:
-            log.error("the check of %s names an answerer this version does not know", txn_id)
+            log.error(
+                "the check of %s names an answerer this version does not know",
+                txn_id,
+                extra=fields(txn_id=txn_id),
+            )
         parts: list[tuple[AnyResolver, list[CheckedTransaction]]] = []
         for resolver, part, missing in (
             (self.evidence, by_evidence, "no evidence resolver (engine=)"),
@@ -139,7 +144,11 @@ class OmittedValues:
                     self._fetcher = HalfFetcher(self.config, self.half_topic, timeout_s=5.0)
                 found = self._fetcher.fetch(half.partition, [half.original_offset], check.txn_id)
         except Exception:
-            log.exception("reading back the half value of %s failed", check.txn_id)
+            log.exception(
+                "reading back the half value of %s failed",
+                check.txn_id,
+                extra=fields(txn_id=check.txn_id, partition=half.partition),
+            )
             return check
         record = next((r for r in found or () if r.index == half.index), None)
         if record is None:
@@ -149,6 +158,12 @@ class OmittedValues:
                 self.half_topic,
                 half.partition,
                 half.original_offset,
+                extra=fields(
+                    txn_id=check.txn_id,
+                    topic=self.half_topic,
+                    partition=half.partition,
+                    offset=half.original_offset,
+                ),
             )
             return check
         return replace(check, half=replace(half, message=record.message), value_omitted=False)

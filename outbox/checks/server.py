@@ -8,12 +8,14 @@ from typing import Any
 
 from outbox.checks.handler import CheckHandler, CheckSettings, Response, body_too_large
 from outbox.checks.resolver import Resolver
+from outbox.metrics import ProducerMetrics
 
 
 class CheckServer:
     """Serves checks on ``host:port`` in a background thread until ``close()``.
 
     ``instance_id``: the registration it heartbeats under (see :class:`CheckHandler`).
+    ``metrics``: counts the answers (``outbox_producer_checks_answered_total``).
     """
 
     def __init__(
@@ -24,8 +26,10 @@ class CheckServer:
         port: int,
         *,
         instance_id: str | None = None,
+        metrics: ProducerMetrics | None = None,
     ) -> None:
-        handler = _handler_class(CheckHandler(settings, resolver, instance_id=instance_id))
+        checks = CheckHandler(settings, resolver, instance_id=instance_id, metrics=metrics)
+        handler = _handler_class(checks)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
