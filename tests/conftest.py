@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from outbox.testing import HarnessSettings
+from tests import logged_clients
+
+logged_clients.install()  # before any test module imports confluent_kafka's clients
 
 
 @pytest.fixture(scope="session")
