@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
 
+from outbox import tracing
 from outbox.checks.advertise import warn_unreachable
 from outbox.checks.asgi import CheckApp
 from outbox.checks.async_resolver import AsyncFencedResolver
@@ -51,6 +52,7 @@ class OutboxProducer:
     def __init__(self, settings: OutboxSettings, *, serializer: Serializer | None = None) -> None:
         self.settings = settings
         self.serializer = serializer
+        tracing.load()  # the OpenTelemetry API, if installed (outbox.tracing)
         self.kafka = KafkaIO(settings)
         self._partitions: int | None = None
         self._services: list[Callable[[], None]] = []
