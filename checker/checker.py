@@ -27,6 +27,7 @@ from checker.session import Restart, Session
 from checker.settings import CheckerSettings
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed
+from outbox import tracing
 from outbox.errors import OutboxError
 from outbox.service_health import Health
 
@@ -39,6 +40,7 @@ class Checker:
     def __init__(self, settings: CheckerSettings) -> None:
         self.settings = settings
         self.names = settings.topics
+        tracing.load()  # the OpenTelemetry API, if installed (checker.tracing)
         self.stats = CheckerStats()
         #: The current session's tracker (a new one per session; read by the metrics).
         self.tracker = self.new_tracker()

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING
 
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord
 from outbox.protocol.state import CheckCount
 from outbox.protocol.states import OpState
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 
 @dataclass
@@ -36,6 +40,8 @@ class RoundPlan:
     #: (partition, transaction id, its check count or None for a tombstone)
     states: list[tuple[int, str, CheckCount | None]] = field(default_factory=list)
     counted: CheckerStats = field(default_factory=CheckerStats)
+    #: The spans of its decisions (:mod:`checker.tracing`), ended once it is written.
+    spans: list[Span] = field(default_factory=list)
 
     def decision(self, op: OpRecord, *, incomplete: bool = False) -> None:
         self.ops.append(op)

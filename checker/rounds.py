@@ -24,8 +24,10 @@ from checker.client import CheckClient, NoAnswer
 from checker.instances import LiveInstances
 from checker.plan import CheckerStats, RoundPlan
 from checker.settings import CheckerSettings
+from checker.tracing import decision
 from checker.tracker import Pending, Tracker
 from checker.writer import Refusals
+from outbox import tracing
 from outbox.fetch import HalfFetcher
 from outbox.logs import fields
 from outbox.protocol.check import CheckedTransaction, split_requests
@@ -288,6 +290,8 @@ class CheckRound:
             reason=reason,
         )
         plan.decision(op, incomplete=incomplete)
+        if tracing.otel is not None:
+            plan.spans.append(decision(tracing.otel, entry, op))
         if entry.checks or entry.unreachable_since_ms is not None:
             plan.states.append((entry.partition, entry.txn_id, None))  # forget its count
         self.written[entry.txn_id] = state

@@ -31,6 +31,7 @@ from checker.instances import LiveInstances
 from checker.plan import CheckerStats, RoundPlan
 from checker.rounds import CheckRound
 from checker.settings import CheckerSettings
+from checker.tracing import written
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
 from outbox.errors import OutboxError, ProtocolError
@@ -316,7 +317,8 @@ class Session:
         due_commit = time.monotonic() - self.committed_at >= COMMIT_EVERY_S
         if not plan and not (due_commit and self.assigned):
             return
-        self._commit(plan)
+        with written(plan.spans):  # the decisions' spans end as the round is written
+            self._commit(plan)
 
     def _commit(self, plan: RoundPlan) -> None:
         metadata = self.consumer.consumer_group_metadata()

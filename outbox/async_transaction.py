@@ -18,6 +18,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from outbox import tracing
 from outbox.errors import NoActiveTransactionError, SendNotAwaitedError
 from outbox.message import Headers, Message, Serializer
 from outbox.protocol.half import HalfMessage
@@ -120,6 +121,13 @@ class AsyncOutboxTransaction:
         self, messages: list[HalfMessage], count: int | None
     ) -> HalfCoordinates:
         """Send validated messages as one batch (``count`` known: all of the transaction's)."""
+        if tracing.otel is not None:  # a span, its context carried in the messages' headers
+            return await tracing.otel.send_async(self.core, messages, count, self._send_messages)
+        return await self._send_messages(messages, count)
+
+    async def _send_messages(
+        self, messages: list[HalfMessage], count: int | None
+    ) -> HalfCoordinates:
         async with self._sending:
             if self._closed:
                 raise NoActiveTransactionError(
@@ -171,4 +179,6 @@ class AsyncOutboxTransaction:
         op = self.core.conclude(state)
         if op is None:
             return state is not LocalTransactionState.UNKNOWN
+        if tracing.otel is not None:
+            return await tracing.otel.op_async(op, self.core.producer.kafka.send_op_async)
         return await self.core.producer.kafka.send_op_async(op)

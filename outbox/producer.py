@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 import sqlalchemy as sa
 
+from outbox import tracing
 from outbox.checks.advertise import warn_unreachable
 from outbox.checks.asgi import CheckApp
 from outbox.checks.async_resolver import AsyncFencedResolver
@@ -70,6 +71,7 @@ class OutboxProducer:
         self.serializer = serializer
         #: None without prometheus_client; for a resolver made by hand (``metrics=``).
         self.metrics = producer_metrics(settings.producer_group, metrics_registry)
+        tracing.load()  # the OpenTelemetry API, if installed (outbox.tracing)
         self.kafka = KafkaIO(settings, self.metrics)
         self._partitions: int | None = None
         self._services: list[Callable[[], None]] = []

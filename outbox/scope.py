@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.evidence import write_evidence
@@ -190,7 +191,10 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
         guard.check()
         guard.committing()
         try:
-            db.commit()
+            if tracing.otel is None:
+                db.commit()
+            else:
+                tracing.otel.commit(txn, db.commit)
         except BaseException:
             _commit_failed(txn)
             _discard_connections(db.invalidate, txn.txn_id)
@@ -258,7 +262,10 @@ async def run_async(
         guard.check()
         guard.committing()
         try:
-            await db.commit()
+            if tracing.otel is None:
+                await db.commit()
+            else:
+                await tracing.otel.commit_async(txn.core, db.commit)
         except BaseException:
             _commit_failed(txn.core)
             await _discard_async(db, txn.txn_id)

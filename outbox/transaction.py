@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from outbox import tracing
 from outbox.errors import (
     HalfSendError,
     InvalidMessageError,
@@ -173,6 +174,11 @@ class OutboxTransaction:
 
     def send_messages(self, messages: Sequence[HalfMessage], count: int | None) -> HalfCoordinates:
         """Send validated messages as one batch (``count`` known: all of the transaction's)."""
+        if tracing.otel is not None:  # a span, its context carried in the messages' headers
+            return tracing.otel.send(self, messages, count, self._send_messages)
+        return self._send_messages(messages, count)
+
+    def _send_messages(self, messages: Sequence[HalfMessage], count: int | None) -> HalfCoordinates:
         batch = self.batch(messages, count)
         try:
             coordinates = self.acknowledged(self.producer.kafka.send_halves(batch))
@@ -245,6 +251,8 @@ class OutboxTransaction:
         op = self.conclude(state)
         if op is None:
             return state is not LocalTransactionState.UNKNOWN
+        if tracing.otel is not None:
+            return tracing.otel.op(op, self.producer.kafka.send_op)
         return self.producer.kafka.send_op(op)
 
     def conclude(self, state: LocalTransactionState) -> OpRecord | None:

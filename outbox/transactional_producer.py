@@ -17,6 +17,7 @@ it is the application's blocking work.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
 
+from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.checks.listener import CheckingListener
 from outbox.errors import InvalidMessageError
@@ -126,7 +128,11 @@ class TransactionalProducer:
         halves = [_build(txn, m) for m in messages]
         with self._checks.executing(txn.txn_id):
             coordinates = txn.send_messages(halves, count=len(halves))
-            state = self._execute(txn, messages[0], arg)
+            if tracing.otel is None:
+                state = self._execute(txn, messages[0], arg)
+            else:
+                execute = functools.partial(self._execute, txn, messages[0], arg)
+                state = tracing.otel.execute(txn, execute)
             written = txn.finish(state)
         return TransactionSendResult(SendStatus.SEND_OK, txn.txn_id, state, coordinates, written)
 
@@ -188,7 +194,11 @@ class AsyncTransactionalProducer:
         halves = [_build(txn.core, m) for m in messages]
         with self._checks.executing(txn.txn_id):
             coordinates = await txn.send_messages(halves, count=len(halves))
-            state = await self._execute(txn.txn_id, messages[0], arg)
+            if tracing.otel is None:
+                state = await self._execute(txn.txn_id, messages[0], arg)
+            else:
+                run = functools.partial(self._execute, txn.txn_id, messages[0], arg)
+                state = await tracing.otel.execute_async(txn.core, run)
             written = await txn.finish(state)
         return TransactionSendResult(SendStatus.SEND_OK, txn.txn_id, state, coordinates, written)
 

@@ -28,6 +28,7 @@ from relay.refusals import Refusals, Topics
 from relay.restart import Restart
 from relay.settings import RelaySettings
 from relay.state import PartitionState
+from relay.tracing import promoting
 from relay.writer import Writer
 
 log = logging.getLogger("relay")
@@ -103,16 +104,17 @@ class BatchCommitter:
         group_metadata = self.membership()
         started = time.monotonic()
         self.writer.begin()
-        try:
-            self.producer.begin_transaction()
-            for p, batch in todo.items():
-                for action in batch.actions:
-                    self.writer.emit(self.producer, p, action)
-            self._send_offsets(self._offsets(todo), group_metadata, timeout)
-            self._commit(timeout)
-        except KafkaException as err:
-            self._failed(err.args[0], timeout)
-            return
+        with promoting(todo):  # spans linked to the promoted transactions' producers
+            try:
+                self.producer.begin_transaction()
+                for p, batch in todo.items():
+                    for action in batch.actions:
+                        self.writer.emit(self.producer, p, action)
+                self._send_offsets(self._offsets(todo), group_metadata, timeout)
+                self._commit(timeout)
+            except KafkaException as err:
+                self._failed(err.args[0], timeout)
+                return
         self.commit_seconds.observe(time.monotonic() - started)
         for p, b in todo.items():
             committed[p] = (b.half_offset, b.op_offset, b.metadata)

@@ -22,6 +22,7 @@ import threading
 
 from confluent_kafka import KafkaException
 
+from outbox import tracing
 from outbox.errors import OutboxError
 from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
@@ -52,6 +53,7 @@ class Relay:
     def __init__(self, settings: RelaySettings, *, flow_control: FlowControl | None = None) -> None:
         self.settings = settings
         self.names = settings.topics
+        tracing.load()  # the OpenTelemetry API, if installed (relay.tracing)
         self.sessions = 0
         self.partitions = Partitions()
         self.health = Health("relay")

@@ -59,3 +59,4 @@ from tests.producer_fixtures import (  # noqa: E402, F401
     session_factory,
     topics,
 )
+from tests.tracing_fixtures import traces  # noqa: E402, F401
