@@ -35,11 +35,22 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/spark/.resolved
+jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/spark/.resolved $(CACHE)/jvm/schema-registry/.built
 
 $(CACHE)/jvm/%/.resolved: jvm/%/pom.xml
 	rm -rf $(CACHE)/jvm/$*
 	$(MVN) -f $< dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=$(CACHE)/jvm/$*
+	touch $@
+
+# The schema registry (Apicurio, a Quarkus application) is built, not only resolved: Quarkus's
+# build step over Apicurio's published classes makes the runnable jar (jvm/schema-registry/pom.xml).
+REGISTRY_BUILD := $(CACHE)/build/schema-registry
+$(CACHE)/jvm/schema-registry/.built: jvm/schema-registry/pom.xml $(wildcard jvm/schema-registry/src/main/java/dev/outbox/registry/*.java)
+	rm -rf $(CACHE)/jvm/schema-registry $(REGISTRY_BUILD)
+	$(MVN) -f $< package -Doutbox.build.dir=$(REGISTRY_BUILD)
+	mkdir -p $(CACHE)/jvm/schema-registry
+	cp -r $(REGISTRY_BUILD)/schema-registry-1-runner.jar $(REGISTRY_BUILD)/lib $(CACHE)/jvm/schema-registry/
+	rm -rf $(REGISTRY_BUILD)
 	touch $@
 
 demo: setup

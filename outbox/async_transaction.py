@@ -74,6 +74,7 @@ class AsyncOutboxTransaction:
         headers: Headers | None = None,
         *,
         serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
         delay: Any = None,
     ) -> HalfCoordinates:
         """Send one half message and await its acknowledgement.
@@ -83,11 +84,23 @@ class AsyncOutboxTransaction:
             HalfSendError: Kafka did not acknowledge it; the transaction must not commit.
             TransactionFencedError: a check fenced this transaction id (first send only).
         """
-        message = self.core.build(topic, value, key, headers, serializer=serializer, delay=delay)
+        message = self.core.build(
+            topic,
+            value,
+            key,
+            headers,
+            serializer=serializer,
+            key_serializer=key_serializer,
+            delay=delay,
+        )
         return await self.send_messages([message], count=None)
 
     async def send_batch(
-        self, messages: Iterable[Message], *, serializer: Serializer | None = None
+        self,
+        messages: Iterable[Message],
+        *,
+        serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
     ) -> HalfCoordinates:
         """Send several half messages at once and await all their acknowledgements together.
 
@@ -95,14 +108,18 @@ class AsyncOutboxTransaction:
             InvalidMessageError: a bad message (a specific subclass); nothing was sent.
             HalfSendError: Kafka did not acknowledge them; the transaction must not commit.
         """
-        return await self.send_messages(self.build_batch(messages, serializer), count=None)
+        built = self.build_batch(messages, serializer, key_serializer)
+        return await self.send_messages(built, count=None)
 
     def build_batch(
-        self, messages: Iterable[Message], serializer: Serializer | None = None
+        self,
+        messages: Iterable[Message],
+        serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
     ) -> list[HalfMessage]:
         """Validate and serialize messages without sending them (see
         :meth:`OutboxTransaction.build_batch`)."""
-        return self.core.build_batch(messages, serializer)
+        return self.core.build_batch(messages, serializer, key_serializer)
 
     def build(
         self,
@@ -112,10 +129,19 @@ class AsyncOutboxTransaction:
         headers: Headers | None = None,
         *,
         serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
         delay: Any = None,
     ) -> HalfMessage:
         """Validate and serialize a message without sending it."""
-        return self.core.build(topic, value, key, headers, serializer=serializer, delay=delay)
+        return self.core.build(
+            topic,
+            value,
+            key,
+            headers,
+            serializer=serializer,
+            key_serializer=key_serializer,
+            delay=delay,
+        )
 
     async def send_messages(
         self, messages: list[HalfMessage], count: int | None

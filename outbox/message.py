@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +25,10 @@ from outbox.errors import (
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.headers import RESERVED_HEADER_PREFIX
 from outbox.protocol.topics import TopicNames
+from outbox.serialization import HeaderList, key_serializer_for
+from outbox.serialization import Serializer as Serializer  # lived here: re-exported
+from outbox.serialization import to_bytes as to_bytes  # lived here: re-exported
 
-Serializer = Callable[[Any], bytes]
 Headers = Mapping[str, str | bytes] | Sequence[tuple[str, str | bytes]]
 
 _TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
@@ -126,37 +128,9 @@ def validate_topic(topic: object, names: TopicNames) -> str:
     return topic
 
 
-def to_bytes(what: str, value: Any, serializer: Serializer | None) -> bytes | None:
-    """bytes and None pass; str is UTF-8; anything else needs a serializer.
-
-    Raises:
-        SerializationError: an unsupported type without a serializer, or a serializer that
-            did not return bytes.
-    """
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    if isinstance(value, str):
-        return value.encode()
-    if serializer is None:
-        raise SerializationError(
-            f"{what} of type {type(value).__name__} cannot be sent as is; pass bytes or str, or "
-            "a serializer (e.g. serializer=outbox.json_serializer)"
-        )
-    try:
-        data = serializer(value)
-    except Exception as err:
-        raise SerializationError(f"the serializer failed on the {what}: {err!r}") from err
-    if not isinstance(data, bytes):
-        raise SerializationError(
-            f"the serializer returned {type(data).__name__} for the {what}; it must return bytes"
-        )
-    return data
-
-
-def to_headers(headers: Headers | None) -> tuple[tuple[str, bytes], ...]:
-    """Validated user headers as ``(name, bytes)`` pairs, order kept.
+def to_headers(headers: Headers | HeaderList | None) -> tuple[tuple[str, bytes], ...]:
+    """Validated user headers as ``(name, bytes)`` pairs, order kept (also those a context
+    serializer added to the list in its ``SerializationContext``).
 
     Raises:
         InvalidHeaderError: a name that is not a str, or that uses the reserved prefix.
@@ -197,19 +171,34 @@ def build_half_message(
     names: TopicNames,
     max_bytes: int,
     serializer: Serializer | None = None,
+    key_serializer: Serializer | None = None,
     delay: Any = None,
 ) -> HalfMessage:
-    """Validate and serialize one message; raise before anything is sent."""
+    """Validate and serialize one message; raise before anything is sent.
+
+    The key is serialized before the value, as confluent-kafka's ``SerializingProducer`` does,
+    both with the real topic in their context (:mod:`outbox.serialization`) and one header list,
+    to which a serializer may add.
+    """
     if delay is not None:
         raise DelayNotSupportedError(
             f"delayed or scheduled delivery ({delay!r}) is not supported for transactional "
             "messages (as in RocketMQ); send without a delay, or schedule the business action"
         )
+    real_topic = validate_topic(topic, names)
+    sent_headers: HeaderList = list(to_headers(headers))
+    serialized_key = to_bytes(
+        "key",
+        key,
+        key_serializer_for(key_serializer, serializer),
+        topic=real_topic,
+        headers=sent_headers,
+    )
     message = HalfMessage(
-        topic=validate_topic(topic, names),
-        value=to_bytes("value", value, serializer),
-        key=to_bytes("key", key, serializer),
-        headers=to_headers(headers),
+        topic=real_topic,
+        value=to_bytes("value", value, serializer, topic=real_topic, headers=sent_headers),
+        key=serialized_key,
+        headers=to_headers(sent_headers),
     )
     size = len(message.value or b"")
     if size > max_bytes:

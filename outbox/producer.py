@@ -55,6 +55,9 @@ AsyncSessionSource = Union["AsyncSession", Callable[[], "AsyncSession"]]
 class OutboxProducer:
     """Sends half messages, runs local transactions, writes op records.
 
+    ``serializer`` / ``key_serializer``: what ``send()`` uses when it is given none
+    (:mod:`outbox.serialization`).
+
     ``metrics_registry``: where its metrics go; None (the default) is prometheus_client's
     ``REGISTRY`` if it is installed, else no metrics. Producers sharing a registry share its
     collectors, each under its ``group`` label (:mod:`outbox.metrics`).
@@ -65,10 +68,12 @@ class OutboxProducer:
         settings: OutboxSettings,
         *,
         serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         self.settings = settings
         self.serializer = serializer
+        self.key_serializer = key_serializer
         #: None without prometheus_client; for a resolver made by hand (``metrics=``).
         self.metrics = producer_metrics(settings.producer_group, metrics_registry)
         tracing.load()  # the OpenTelemetry API, if installed (outbox.tracing)

@@ -74,10 +74,15 @@ def send(
     headers: Headers | None = None,
     *,
     serializer: Serializer | None = None,
+    key_serializer: Serializer | None = None,
     delay: Any = None,
 ) -> Sending:
     """Send a half message in the current transaction (see :meth:`OutboxTransaction.send`);
     in an asyncio transaction, ``await`` it.
+
+    ``serializer`` / ``key_serializer`` may be confluent-kafka serializers (``AvroSerializer``,
+    ``JSONSerializer``, ...): their context names ``topic``, so schemas are registered under the
+    real topic's subjects (:mod:`outbox.serialization`).
 
     Raises:
         NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
@@ -85,12 +90,35 @@ def send(
     txn = current_transaction()
     if isinstance(txn, AsyncOutboxTransaction):
         # validated now, as the synchronous form does: a bad message fails where it is sent
-        message = txn.build(topic, value, key, headers, serializer=serializer, delay=delay)
+        message = txn.build(
+            topic,
+            value,
+            key,
+            headers,
+            serializer=serializer,
+            key_serializer=key_serializer,
+            delay=delay,
+        )
         return Sending(start=lambda: txn.send_messages([message], count=None), txn=txn)
-    return Sending(txn.send(topic, value, key, headers, serializer=serializer, delay=delay))
+    return Sending(
+        txn.send(
+            topic,
+            value,
+            key,
+            headers,
+            serializer=serializer,
+            key_serializer=key_serializer,
+            delay=delay,
+        )
+    )
 
 
-def send_batch(messages: Iterable[Message], *, serializer: Serializer | None = None) -> Sending:
+def send_batch(
+    messages: Iterable[Message],
+    *,
+    serializer: Serializer | None = None,
+    key_serializer: Serializer | None = None,
+) -> Sending:
     """Send several half messages in the current transaction, waiting once for all of them
     (see :meth:`OutboxTransaction.send_batch`); in an asyncio transaction, ``await`` it.
 
@@ -99,9 +127,10 @@ def send_batch(messages: Iterable[Message], *, serializer: Serializer | None = N
     """
     txn = current_transaction()
     if isinstance(txn, AsyncOutboxTransaction):
-        built = txn.build_batch(messages, serializer)  # validated now, as in the other form
+        # validated now, as in the other form
+        built = txn.build_batch(messages, serializer, key_serializer)
         return Sending(start=lambda: txn.send_messages(built, count=None), txn=txn)
-    return Sending(txn.send_batch(messages, serializer=serializer))
+    return Sending(txn.send_batch(messages, serializer=serializer, key_serializer=key_serializer))
 
 
 def current_transaction() -> OutboxTransaction | AsyncOutboxTransaction:

@@ -43,6 +43,7 @@ class TransactionHost(Protocol):
 
     settings: OutboxSettings
     serializer: Serializer | None
+    key_serializer: Serializer | None
     kafka: KafkaIO
 
     @property
@@ -101,20 +102,38 @@ class OutboxTransaction:
         headers: Headers | None = None,
         *,
         serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
         delay: Any = None,
     ) -> HalfCoordinates:
         """Send one half message now and wait for its acknowledgement.
+
+        ``serializer`` / ``key_serializer`` (default: the producer's) turn a value / key into
+        bytes: a one-argument callable, or confluent-kafka's ``serializer(obj, ctx)`` protocol
+        with the real topic in the context (:mod:`outbox.serialization`). Without a
+        ``key_serializer``, a one-argument ``serializer`` serializes the key too.
 
         Raises:
             InvalidMessageError: bad input (a specific subclass); nothing was sent.
             HalfSendError: Kafka did not acknowledge it; the transaction must not commit.
             TransactionFencedError: a check fenced this transaction id (first send only).
         """
-        message = self.build(topic, value, key, headers, serializer=serializer, delay=delay)
+        message = self.build(
+            topic,
+            value,
+            key,
+            headers,
+            serializer=serializer,
+            key_serializer=key_serializer,
+            delay=delay,
+        )
         return self.send_messages([message], count=None)
 
     def send_batch(
-        self, messages: Iterable[Message], *, serializer: Serializer | None = None
+        self,
+        messages: Iterable[Message],
+        *,
+        serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
     ) -> HalfCoordinates:
         """Send several half messages at once and wait once for all their acknowledgements:
         one round trip instead of one per message. Their indexes follow the order given.
@@ -123,10 +142,14 @@ class OutboxTransaction:
             InvalidMessageError: a bad message (a specific subclass); nothing was sent.
             HalfSendError: Kafka did not acknowledge them; the transaction must not commit.
         """
-        return self.send_messages(self.build_batch(messages, serializer), count=None)
+        built = self.build_batch(messages, serializer, key_serializer)
+        return self.send_messages(built, count=None)
 
     def build_batch(
-        self, messages: Iterable[Message], serializer: Serializer | None = None
+        self,
+        messages: Iterable[Message],
+        serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
     ) -> list[HalfMessage]:
         """Validate and serialize messages without sending them.
 
@@ -140,6 +163,7 @@ class OutboxTransaction:
                 m.key,
                 message_headers(m),
                 serializer=serializer,
+                key_serializer=key_serializer,
                 delay=m.delay_level if m.delay_level is not None else m.deliver_at_ms,
             )
             for m in messages
@@ -156,6 +180,7 @@ class OutboxTransaction:
         headers: Headers | None = None,
         *,
         serializer: Serializer | None = None,
+        key_serializer: Serializer | None = None,
         delay: Any = None,
     ) -> HalfMessage:
         """Validate and serialize a message without sending it."""
@@ -169,6 +194,7 @@ class OutboxTransaction:
             names=settings.topics,
             max_bytes=settings.max_message_bytes,
             serializer=serializer or self.producer.serializer,
+            key_serializer=key_serializer or self.producer.key_serializer,
             delay=delay,
         )
 

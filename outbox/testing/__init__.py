@@ -1,8 +1,9 @@
 """Real services for tests, the demo and the benchmarks.
 
 Starts a single-node KRaft Kafka broker and a throwaway PostgreSQL cluster, either as containers
-(testcontainers, on Docker or Podman) or as local processes, and hands back their addresses. The
-producer library never imports this package; it needs the ``testing`` extra.
+(testcontainers, on Docker or Podman) or as local processes, and a schema registry (Apicurio, its
+Confluent-compatible API) as a local process, and hands back their addresses. The producer
+library never imports this package; it needs the ``testing`` extra.
 
 Typical use outside pytest::
 
@@ -13,7 +14,7 @@ Typical use outside pytest::
 
 from __future__ import annotations
 
-from outbox.testing.providers import Provider, start_kafka, start_postgres
+from outbox.testing.providers import Provider, start_kafka, start_postgres, start_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
 from outbox.testing.settings import HarnessSettings
 
@@ -24,4 +25,5 @@ __all__ = [
     "ServiceStartError",
     "start_kafka",
     "start_postgres",
+    "start_schema_registry",
 ]

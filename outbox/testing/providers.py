@@ -2,7 +2,9 @@
 
 ``auto`` prefers containers whenever a container engine (Docker or Podman) is reachable, and
 falls back to local processes; ``OUTBOX_TEST_PROVIDER`` forces one, and an address in
-``OUTBOX_TEST_KAFKA_BOOTSTRAP`` / ``OUTBOX_TEST_POSTGRES_URL`` uses a service already running.
+``OUTBOX_TEST_KAFKA_BOOTSTRAP`` / ``OUTBOX_TEST_POSTGRES_URL`` /
+``OUTBOX_TEST_SCHEMA_REGISTRY_URL`` uses a service already running. The schema registry is
+always a local process (:mod:`outbox.testing.registry_process` says why).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import replace
 from functools import cache
 from typing import TYPE_CHECKING, Literal
 
-from outbox.testing.readiness import wait_for_kafka, wait_for_postgres
+from outbox.testing.readiness import wait_for_kafka, wait_for_postgres, wait_for_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
 from outbox.testing.settings import ENV_PROVIDER, HarnessSettings
 
@@ -63,6 +65,29 @@ def start_postgres(
     from outbox.testing.postgres_process import start_postgres_process
 
     return start_postgres_process(settings)
+
+
+def start_schema_registry(
+    settings: HarnessSettings | None = None, *, provider: Provider | None = None
+) -> RunningService:
+    """Start (or find) a schema registry; ``address`` is its Confluent-compatible API's URL
+    (``SchemaRegistryClient({"url": address})``).
+
+    ``provider`` is accepted as the other starters accept it; the registry runs as a local
+    process under any of them.
+
+    Raises:
+        ServiceStartError: with the reason and the fix (no jar: ``make jars``; its log's tail).
+    """
+    settings = _settings(settings, provider)
+    if settings.schema_registry_url and provider is None:
+        wait_for_schema_registry(settings.schema_registry_url, timeout=30)
+        return RunningService(
+            name="schema-registry", provider="external", address=settings.schema_registry_url
+        )
+    from outbox.testing.registry_process import start_registry_process
+
+    return start_registry_process(settings)
 
 
 def choose_engine(settings: HarnessSettings) -> Engine | None:

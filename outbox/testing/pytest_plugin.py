@@ -5,7 +5,9 @@ outbox.testing.pytest_plugin``, or ``addopts = "-p outbox.testing.pytest_plugin"
 settings, or ``pytest_plugins = ["outbox.testing.pytest_plugin"]`` in the root ``conftest.py``.
 
 Fixtures: ``kafka_bootstrap``, ``postgres_url``, ``sqlite_url``, ``db_url`` (parametrised over
-PostgreSQL and SQLite), the ``kafka_service`` / ``postgres_service`` handles, and
+PostgreSQL and SQLite), ``schema_registry_url`` (a Confluent-compatible schema registry's URL for
+``SchemaRegistryClient``), the ``kafka_service`` / ``postgres_service`` /
+``schema_registry_service`` handles, and
 ``local_kafka`` / ``local_postgres`` / ``container_kafka`` / ``container_postgres`` pinned to one
 provider. Under ``CI=true`` a service that cannot start FAILS the test; elsewhere it skips with
 the reason (never a silent pass).
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox.testing.providers import Provider, start_kafka, start_postgres
+from outbox.testing.providers import Provider, start_kafka, start_postgres, start_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
 from outbox.testing.settings import HarnessSettings
 
@@ -63,6 +65,13 @@ def postgres_service(request: pytest.FixtureRequest) -> Iterator[RunningService]
 
 
 @pytest.fixture(scope="session")
+def schema_registry_service(request: pytest.FixtureRequest) -> Iterator[RunningService]:
+    service = _start(request, start_schema_registry)
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
 def kafka_bootstrap(kafka_service: RunningService) -> str:
     return kafka_service.address
 
@@ -70,6 +79,12 @@ def kafka_bootstrap(kafka_service: RunningService) -> str:
 @pytest.fixture(scope="session")
 def postgres_url(postgres_service: RunningService) -> str:
     return postgres_service.address
+
+
+@pytest.fixture(scope="session")
+def schema_registry_url(schema_registry_service: RunningService) -> str:
+    """The registry's Confluent-compatible API, e.g. ``http://127.0.0.1:PORT/apis/ccompat/v7``."""
+    return schema_registry_service.address
 
 
 @pytest.fixture(scope="session")

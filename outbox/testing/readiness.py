@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from outbox.testing.service import ServiceStartError
 
@@ -86,3 +89,46 @@ def wait_for_postgres(
     finally:
         engine.dispose()
     raise ServiceStartError(f"PostgreSQL at {url} not ready after {timeout:.0f} s: {last_error}")
+
+
+def wait_for_schema_registry(
+    url: str,
+    *,
+    health_url: str | None = None,
+    timeout: float = 60.0,
+    alive: Callable[[], bool] = lambda: True,
+) -> None:
+    """Block until the registry's health endpoint (when given) says UP and its
+    Confluent-compatible API at ``url`` lists its subjects.
+
+    Raises:
+        ServiceStartError: no answer within ``timeout``, or the registry's process died.
+    """
+    checks: list[tuple[str, Callable[[Any], bool]]] = []
+    if health_url:
+        checks.append((health_url, lambda body: body.get("status") == "UP"))
+    checks.append((f"{url.rstrip('/')}/subjects", lambda body: isinstance(body, list)))
+    deadline = time.monotonic() + timeout
+    last_error: str | None = None
+    while time.monotonic() < deadline:
+        if not alive():
+            raise ServiceStartError(f"the schema registry at {url} exited while starting")
+        last_error = next(filter(None, (_http_check(*check) for check in checks)), None)
+        if last_error is None:
+            return
+        time.sleep(0.3)
+    raise ServiceStartError(
+        f"the schema registry at {url} not ready after {timeout:.0f} s: {last_error}"
+    )
+
+
+def _http_check(url: str, ready: Callable[[Any], bool]) -> str | None:
+    """None when ``GET url`` answers JSON that ``ready`` accepts, else what went wrong."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = json.loads(response.read())
+        if ready(body):
+            return None
+        return f"GET {url}: {body!r:.200}"
+    except (OSError, ValueError, AttributeError) as err:  # URLError, HTTPError are OSErrors
+        return f"GET {url}: {err!r}"

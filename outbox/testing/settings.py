@@ -13,6 +13,7 @@ ENV_PREFIX = "OUTBOX_TEST_"
 ENV_PROVIDER = ENV_PREFIX + "PROVIDER"
 ENV_KAFKA_BOOTSTRAP = ENV_PREFIX + "KAFKA_BOOTSTRAP"
 ENV_POSTGRES_URL = ENV_PREFIX + "POSTGRES_URL"
+ENV_SCHEMA_REGISTRY_URL = ENV_PREFIX + "SCHEMA_REGISTRY_URL"
 ENV_KAFKA_IMAGE = ENV_PREFIX + "KAFKA_IMAGE"
 ENV_POSTGRES_IMAGE = ENV_PREFIX + "POSTGRES_IMAGE"
 ENV_BUILD_IMAGES = ENV_PREFIX + "BUILD_IMAGES"
@@ -43,6 +44,9 @@ class HarnessSettings:
             Env: ``OUTBOX_TEST_KAFKA_BOOTSTRAP``. Defaults to None.
         postgres_url: an already-running PostgreSQL (SQLAlchemy URL) to use instead.
             Env: ``OUTBOX_TEST_POSTGRES_URL``. Defaults to None.
+        schema_registry_url: an already-running schema registry's Confluent-compatible API
+            (e.g. ``http://host:8081`` or Apicurio's ``http://host:8080/apis/ccompat/v7``) to
+            use instead. Env: ``OUTBOX_TEST_SCHEMA_REGISTRY_URL``. Defaults to None.
         kafka_image / postgres_image: container images. Default to the official ``apache/kafka``
             and ``postgres`` images, or to images built here from the machine's own JDK and
             PostgreSQL when ``build_images`` is on. Env: ``OUTBOX_TEST_KAFKA_IMAGE`` /
@@ -57,6 +61,7 @@ class HarnessSettings:
     provider: str = "auto"
     kafka_bootstrap: str | None = None
     postgres_url: str | None = None
+    schema_registry_url: str | None = None
     kafka_image: str | None = None
     postgres_image: str | None = None
     build_images: bool | None = None
@@ -77,6 +82,7 @@ class HarnessSettings:
             provider=env.get(ENV_PROVIDER, "auto").strip().lower() or "auto",
             kafka_bootstrap=env.get(ENV_KAFKA_BOOTSTRAP) or None,
             postgres_url=env.get(ENV_POSTGRES_URL) or None,
+            schema_registry_url=env.get(ENV_SCHEMA_REGISTRY_URL) or None,
             kafka_image=env.get(ENV_KAFKA_IMAGE) or None,
             postgres_image=env.get(ENV_POSTGRES_IMAGE) or None,
             build_images=None if build is None else _truthy(build),
@@ -101,6 +107,20 @@ class HarnessSettings:
                 "Central)"
             )
         return str(jars / "*")
+
+    @property
+    def schema_registry_dir(self) -> Path:
+        return self.cache_dir / "jvm" / "schema-registry"
+
+    def schema_registry_jar(self) -> Path:
+        """The registry's runnable jar; fails with the fix when ``make jars`` has not built it."""
+        jar = self.schema_registry_dir / "schema-registry-1-runner.jar"
+        if not jar.is_file():
+            raise ServiceStartError(
+                f"no schema registry in {self.schema_registry_dir}; run `make jars` (builds "
+                "Apicurio Registry from Maven Central, jvm/schema-registry/pom.xml)"
+            )
+        return jar
 
     def kafka_version(self) -> str:
         self.kafka_classpath()

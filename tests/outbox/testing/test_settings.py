@@ -45,3 +45,16 @@ def test_missing_jars_name_the_folder_and_the_fix(tmp_path: Path) -> None:
     settings = HarnessSettings(cache_dir=tmp_path)
     with pytest.raises(ServiceStartError, match=r"no Kafka broker jars in .*make jars"):
         settings.kafka_classpath()
+
+
+def test_a_running_schema_registry_comes_from_the_environment() -> None:
+    url = "http://registry:8080/apis/ccompat/v7"
+    settings = HarnessSettings.from_env({"OUTBOX_TEST_SCHEMA_REGISTRY_URL": url})
+    assert settings.schema_registry_url == url
+    assert HarnessSettings.from_env({}).schema_registry_url is None
+
+
+def test_a_missing_schema_registry_build_names_the_folder_and_the_fix(tmp_path: Path) -> None:
+    settings = HarnessSettings(cache_dir=tmp_path)
+    with pytest.raises(ServiceStartError, match=r"no schema registry in .*make jars"):
+        settings.schema_registry_jar()

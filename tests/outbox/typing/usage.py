@@ -3,11 +3,20 @@ typing mistakes in the decorator's signatures show up here as errors in user cod
 
 from __future__ import annotations
 
+from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import SerializationContext, StringSerializer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
-from outbox import AsyncOutboxTransaction, HalfCoordinates, OutboxProducer, OutboxTransaction
+from outbox import (
+    AsyncOutboxTransaction,
+    HalfCoordinates,
+    OutboxProducer,
+    OutboxSettings,
+    OutboxTransaction,
+)
 
 
 def setup(producer: OutboxProducer, factory: sessionmaker[Session]) -> None:
@@ -39,3 +48,18 @@ async def setup_async(producer: OutboxProducer, factory: async_sessionmaker[Asyn
         async_txn: AsyncOutboxTransaction = txn
         where: HalfCoordinates = await txn.send("orders", b"x")
         print(async_txn, where)
+
+
+def serializers(settings: OutboxSettings, registry: SchemaRegistryClient) -> None:
+    """One-argument callables and confluent-kafka's ``serializer(obj, ctx)`` alike."""
+
+    def with_context(order: dict[str, int], ctx: SerializationContext) -> bytes:
+        return f"{ctx.topic}:{order}".encode()
+
+    avro = AvroSerializer(registry, '"string"')
+    producer = OutboxProducer(settings, serializer=avro, key_serializer=StringSerializer())
+    with producer.transaction(lambda: Session()) as txn:
+        txn.send("orders", "o1", serializer=outbox.json_serializer)
+        txn.send("orders", {"id": 1}, key="o1", serializer=with_context, key_serializer=avro)
+        outbox.send("orders", {"id": 1}, serializer=lambda order: repr(order).encode())
+        outbox.send_batch([outbox.Message("orders", "o1")], key_serializer=StringSerializer())
