@@ -290,8 +290,8 @@ class CheckRound:
             reason=reason,
         )
         plan.decision(op, incomplete=incomplete)
-        if tracing.otel is not None:
-            plan.spans.append(decision(tracing.otel, entry, op))
+        if tracing.otel is not None and (span := decision(tracing.otel, entry, op)) is not None:
+            plan.spans.append(span)
         if entry.checks or entry.unreachable_since_ms is not None:
             plan.states.append((entry.partition, entry.txn_id, None))  # forget its count
         self.written[entry.txn_id] = state

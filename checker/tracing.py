@@ -17,6 +17,7 @@ by another service, and a trace that long is not one request any more.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -29,6 +30,8 @@ from outbox.protocol.states import OpState
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
+log = logging.getLogger("checker")
+
 DECIDE = "outbox.checker.decide"
 #: COMMIT, ROLLBACK or GIVEN_UP.
 DECISION = "outbox.decision"
@@ -36,8 +39,17 @@ REASON = "outbox.decision.reason"
 CHECKS = "outbox.check.count"
 
 
-def decision(otel: tracing.Otel, entry: Pending, op: OpRecord) -> Span:
-    """A started span for the decision ``op`` on ``entry`` (ended by :func:`written`)."""
+def decision(otel: tracing.Otel, entry: Pending, op: OpRecord) -> Span | None:
+    """A started span for the decision ``op`` on ``entry`` (ended by :func:`written`); None
+    when the SDK fails to start one (logged: tracing never fails a round)."""
+    try:
+        return _decision(otel, entry, op)
+    except Exception:
+        log.debug("tracing: the decision span could not start", exc_info=True)
+        return None
+
+
+def _decision(otel: tracing.Otel, entry: Pending, op: OpRecord) -> Span:
     from opentelemetry.trace import Link
 
     attributes: tracing.Attributes = {
@@ -69,10 +81,20 @@ def written(spans: Sequence[Span]) -> Iterator[None]:
         yield
     except Exception as err:
         for span in spans:
+            _ended(otel, span, err)
+        raise
+    for span in spans:
+        _ended(otel, span, None)
+
+
+def _ended(otel: tracing.Otel | None, span: Span, err: Exception | None) -> None:
+    """End a decision span; the SDK's own failure is logged, never raised (tracing must not
+    fail a round: a raising span processor would stop every decision)."""
+    try:
+        if err is not None:
             span.record_exception(err)
             if otel is not None:
                 otel.failed(span, f"decision not written: {type(err).__name__}: {err}")
-        raise
-    finally:
-        for span in spans:
-            span.end()
+        span.end()
+    except Exception:
+        log.debug("tracing: a decision span could not end", exc_info=True)

@@ -112,7 +112,11 @@ class KafkaIO:
 
     def _poll(self, producer: Producer) -> None:
         while not self._closed.is_set():
-            producer.poll(0.05)
+            try:
+                producer.poll(0.05)
+            except Exception:  # a delivery report's handler raised (confluent-kafka passes it
+                # on from poll): this thread must go on, or no later report would be served
+                log.exception("a delivery report's handler failed; serving the next ones")
 
     def send_halves(self, batch: HalfBatch) -> list[int]:
         """Send and await the batch; its offsets in order.

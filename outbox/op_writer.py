@@ -24,6 +24,7 @@ from outbox.acks import Waiter, future_setter
 from outbox.logs import fields
 from outbox.metrics import ProducerMetrics
 from outbox.protocol.op import OpRecord, encode_op
+from outbox.protocol.states import OpState
 from outbox.settings import OutboxSettings
 
 log = logging.getLogger("outbox")
@@ -120,12 +121,12 @@ class OpWriter:
     def _written(self, op: OpRecord) -> None:
         self.sent += 1
         if self.metrics is not None:
-            self.metrics.op_written(op.state)
+            _counted(self.metrics.op_written, op)
 
     def _failed(self, op: OpRecord, why: str) -> bool:
         self.failed += 1
         if self.metrics is not None:
-            self.metrics.op_failed(op.state)
+            _counted(self.metrics.op_failed, op)
         log.warning(
             "op %s for transaction %s not written (%s); the checker will resolve it",
             op.state.value,
@@ -134,3 +135,13 @@ class OpWriter:
             extra=fields(txn_id=op.txn_id, partition=op.half_partition, offsets=op.half_offsets),
         )
         return False
+
+
+def _counted(count: Callable[[OpState], None], op: OpRecord) -> None:
+    """``count(op.state)``, never raising: it runs after the transaction committed, in the
+    caller's thread (waiting for the op) or in the poller that serves every later delivery
+    report; a metrics backend that fails must cost the count, not the caller or the poller."""
+    try:
+        count(op.state)
+    except Exception:
+        log.exception("counting op %s of transaction %s failed", op.state.value, op.txn_id)

@@ -23,13 +23,16 @@ docs/tracing.md says what each span carries and what it costs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from outbox.errors import ConfigurationError
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.headers import RESERVED_HEADER_PREFIX, Header
+
+log = logging.getLogger("outbox.tracing")
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -143,9 +146,7 @@ class Otel:
         if not self.configured():
             return send(self.carried(messages), count)
         name, attributes = _send_span(txn, messages)
-        with self.tracer.start_as_current_span(
-            name, kind=self.PRODUCER, attributes=attributes
-        ) as s:
+        with self.span(name, kind=self.PRODUCER, attributes=attributes) as s:
             coordinates = send(self.carried(messages), count)
             _sent(s, coordinates, len(messages))
             return coordinates
@@ -161,9 +162,7 @@ class Otel:
         if not self.configured():
             return await send(list(self.carried(messages)), count)
         name, attributes = _send_span(txn, messages)
-        with self.tracer.start_as_current_span(
-            name, kind=self.PRODUCER, attributes=attributes
-        ) as s:
+        with self.span(name, kind=self.PRODUCER, attributes=attributes) as s:
             coordinates = await send(list(self.carried(messages)), count)
             _sent(s, coordinates, len(messages))
             return coordinates
@@ -177,7 +176,11 @@ class Otel:
         chance. Names under the outbox's reserved prefix are never written as user headers.
         """
         carrier: dict[str, str] = {}
-        self._propagate.inject(carrier)
+        try:
+            self._propagate.inject(carrier)
+        except Exception:  # a propagator's failure costs the context, never the send
+            log.debug("tracing: the propagator failed to inject", exc_info=True)
+            return messages
         if not carrier:  # no valid span context: nothing to carry
             return messages
         extra = tuple(
@@ -193,7 +196,7 @@ class Otel:
         """The local database COMMIT in an ``outbox.commit`` span."""
         if not self.configured():
             return commit()
-        with self.tracer.start_as_current_span(COMMIT, attributes=_txn_attributes(txn)):
+        with self.span(COMMIT, attributes=_txn_attributes(txn)):
             commit()
 
     async def commit_async(
@@ -202,7 +205,7 @@ class Otel:
         """:meth:`commit`, awaited."""
         if not self.configured():
             return await commit()
-        with self.tracer.start_as_current_span(COMMIT, attributes=_txn_attributes(txn)):
+        with self.span(COMMIT, attributes=_txn_attributes(txn)):
             await commit()
 
     def execute(
@@ -211,9 +214,9 @@ class Otel:
         """A ``TransactionalProducer`` listener's local transaction in its span."""
         if not self.configured():
             return execute()
-        with self.tracer.start_as_current_span(EXECUTE, attributes=_txn_attributes(txn)) as span:
+        with self.span(EXECUTE, attributes=_txn_attributes(txn)) as span:
             state = execute()
-            span.set_attribute(LOCAL_STATE, state.value)
+            _quietly(span, "set_attribute", LOCAL_STATE, state.value)
             return state
 
     async def execute_async(
@@ -222,16 +225,16 @@ class Otel:
         """:meth:`execute`, awaited."""
         if not self.configured():
             return await execute()
-        with self.tracer.start_as_current_span(EXECUTE, attributes=_txn_attributes(txn)) as span:
+        with self.span(EXECUTE, attributes=_txn_attributes(txn)) as span:
             state = await execute()
-            span.set_attribute(LOCAL_STATE, state.value)
+            _quietly(span, "set_attribute", LOCAL_STATE, state.value)
             return state
 
     def op(self, op: OpRecord, send: Callable[[OpRecord], bool]) -> bool:
         """The op record's send in an ``outbox.op`` span; a lost op marks it failed."""
         if not self.configured():
             return send(op)
-        with self.tracer.start_as_current_span(OP, attributes=_op_attributes(op)) as span:
+        with self.span(OP, attributes=_op_attributes(op)) as span:
             written = send(op)
             self._op_sent(span, written)
             return written
@@ -240,27 +243,61 @@ class Otel:
         """:meth:`op`, awaited."""
         if not self.configured():
             return await send(op)
-        with self.tracer.start_as_current_span(OP, attributes=_op_attributes(op)) as span:
+        with self.span(OP, attributes=_op_attributes(op)) as span:
             written = await send(op)
             self._op_sent(span, written)
             return written
 
-    def _op_sent(self, span: Span, written: bool) -> None:
-        span.set_attribute(OP_WRITTEN, written)
-        if not written:
-            self.failed(span, "op record not written; the checker resolves the transaction")
+    def _op_sent(self, span: Span | None, written: bool) -> None:
+        if span is None:
+            return
+        try:
+            span.set_attribute(OP_WRITTEN, written)
+            if not written:
+                self.failed(span, "op record not written; the checker resolves the transaction")
+        except Exception:
+            log.debug("tracing: could not mark the op span", exc_info=True)
+
+    @contextmanager
+    def span(self, name: str, **options: Any) -> Iterator[Span | None]:
+        """``tracer.start_as_current_span(name, **options)`` that never fails the work it
+        watches: tracing runs inside a transaction, some of it after the database committed
+        (the commit and op spans), where an exception would tell the user a committed
+        transaction failed. A span processor, sampler or exporter that raises (the SDK passes
+        their errors on) costs the span, logged at DEBUG, never the transaction; the block's
+        own exceptions pass through untouched. None when the span could not start."""
+        try:
+            manager = self.tracer.start_as_current_span(name, **options)
+            opened = manager.__enter__()
+        except Exception:
+            log.debug("tracing: span %s could not start", name, exc_info=True)
+            yield None
+            return
+        try:
+            yield opened
+        except BaseException as err:
+            _exit(manager, err)
+            raise
+        _exit(manager, None)
 
     # -- reading a context back ------------------------------------------------------------
 
     def context_of(self, headers: RawHeaders | None) -> Context:
         """The context the global propagator reads from a record's headers (one without a
         span when they carry none)."""
-        carrier = {
-            name: value.decode(errors="replace") if isinstance(value, bytes) else value
-            for name, value in headers or ()
-            if value is not None
-        }
-        return self._propagate.extract(carrier)
+        carrier: dict[str, str] = {}
+        for name, value in headers or ():
+            # the first value of a name, as OpenTelemetry's own getter reads it (a client
+            # instrumented by opentelemetry-instrument may have appended another)
+            if value is not None and name not in carrier:
+                carrier[name] = (
+                    value.decode(errors="replace") if isinstance(value, bytes) else value
+                )
+        try:
+            return self._propagate.extract(carrier)
+        except Exception:
+            log.debug("tracing: the propagator failed to extract", exc_info=True)
+            return self._propagate.extract({})
 
     def span_context_of(self, headers: RawHeaders | None) -> SpanContext | None:
         """The producer span's context in a record's headers; None when there is none."""
@@ -397,6 +434,29 @@ def consuming(
 # -- helpers ------------------------------------------------------------------------------
 
 
+def _exit(manager: Any, err: BaseException | None) -> None:
+    """Close a span's context manager; its own failure is logged, never raised (the block's
+    exception, which it re-raises, goes on from the caller)."""
+    try:
+        if err is None:
+            manager.__exit__(None, None, None)
+        else:
+            manager.__exit__(type(err), err, err.__traceback__)
+    except BaseException as failed:
+        if failed is not err:
+            log.debug("tracing: a span could not end", exc_info=True)
+
+
+def _quietly(span: Span | None, method: str, *args: Any) -> None:
+    """``span.method(*args)`` if there is a span, a failure logged at DEBUG."""
+    if span is None:
+        return
+    try:
+        getattr(span, method)(*args)
+    except Exception:
+        log.debug("tracing: span.%s failed", method, exc_info=True)
+
+
 def _with_headers(message: HalfMessage, extra: tuple[tuple[str, bytes], ...]) -> HalfMessage:
     if message.headers:
         own = {name.lower() for name, _ in message.headers}
@@ -431,9 +491,9 @@ def _send_span(txn: OutboxTransaction, messages: Sequence[HalfMessage]) -> tuple
     return SEND_BATCH, attributes
 
 
-def _sent(span: Span, coordinates: HalfCoordinates, sent: int) -> None:
-    span.set_attribute(HALF_PARTITION, coordinates.partition)
-    span.set_attribute(HALF_OFFSET, coordinates.offsets[-sent])
+def _sent(span: Span | None, coordinates: HalfCoordinates, sent: int) -> None:
+    _quietly(span, "set_attribute", HALF_PARTITION, coordinates.partition)
+    _quietly(span, "set_attribute", HALF_OFFSET, coordinates.offsets[-sent])
 
 
 def _op_attributes(op: OpRecord) -> Attributes:

@@ -28,6 +28,7 @@ reading the context of every promoted transaction costs microseconds apiece.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -37,7 +38,9 @@ from outbox import tracing
 from relay.actions import Batch, Promote
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Link
+    from opentelemetry.trace import Link, Span
+
+log = logging.getLogger("relay")
 
 BATCH = "outbox.relay.batch"
 PROMOTE = "outbox.relay.promote"
@@ -78,12 +81,24 @@ def promoting(batches: Mapping[int, Batch]) -> Iterator[None]:
         tracing.BATCH_COUNT: sum(len(p.records) for p in promotions),
         HALF_PARTITIONS: sorted(batches),
     }
-    with otel.tracer.start_as_current_span(BATCH, kind=otel.INTERNAL, attributes=attributes) as s:
-        if not s.is_recording():
+    with otel.span(BATCH, kind=otel.INTERNAL, attributes=attributes) as s:
+        spans = _promote_spans(otel, promotions) if s is not None and s.is_recording() else []
+        try:
             yield
-            return
+        except Exception as err:
+            for span in spans:
+                _ended(otel, span, err)
+            raise
+        for span in spans:
+            _ended(otel, span, None)
+
+
+def _promote_spans(otel: tracing.Otel, promotions: list[Promote]) -> list[Span]:
+    """One promote span per ``LINKS_PER_SPAN`` linked transactions; none if the SDK fails
+    (tracing never fails a batch: a raising span processor would stop every promotion)."""
+    try:
         found = links(otel, promotions)
-        spans = [
+        return [
             otel.tracer.start_span(
                 PROMOTE,
                 kind=otel.INTERNAL,
@@ -95,16 +110,19 @@ def promoting(batches: Mapping[int, Batch]) -> Iterator[None]:
                 for start in range(0, len(found), LINKS_PER_SPAN)
             )
         ]
-        try:
-            yield
-        except Exception as err:
-            for span in spans:
-                span.record_exception(err)
-                otel.failed(span, f"{type(err).__name__}: {err}")
-            raise
-        finally:
-            for span in spans:
-                span.end()
+    except Exception:
+        log.debug("tracing: the promote spans could not start", exc_info=True)
+        return []
+
+
+def _ended(otel: tracing.Otel, span: Span, err: Exception | None) -> None:
+    try:
+        if err is not None:
+            span.record_exception(err)
+            otel.failed(span, f"{type(err).__name__}: {err}")
+        span.end()
+    except Exception:
+        log.debug("tracing: a promote span could not end", exc_info=True)
 
 
 def links(otel: tracing.Otel, promotions: Iterable[Promote]) -> list[tuple[str, Link]]:

@@ -140,6 +140,7 @@ def test_with_the_api_alone_the_callers_context_is_still_passed_on() -> None:
     class Host:
         settings = OutboxSettings(bootstrap_servers="localhost:9", producer_group="orders")
         serializer = None
+        key_serializer = None
         kafka = Kafka()
         partitions = 3
         known_partitions = 3
