@@ -58,7 +58,7 @@ def child(mode: str, bootstrap: str, sends: int, micro_sends: int) -> dict[str, 
     class Acknowledging:
         """Kafka that acknowledges every half record at once."""
 
-        def send_halves(self, batch: Any) -> list[int]:
+        def send_halves(self, batch: Any, meanwhile: Any = None) -> list[int]:
             start = batch.first_index
             return list(range(start, start + len(batch.messages)))
 

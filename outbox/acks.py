@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import Callable
 
 from confluent_kafka import KafkaError, Message
@@ -24,6 +25,9 @@ class Waiter:
         self._left = n
         self._lock = threading.Lock()
         self.done = threading.Event()
+        #: When the last report came (``time.perf_counter()``); 0.0 until then. A sender that
+        #: worked meanwhile (the evidence row) still measures the acknowledgement itself.
+        self.done_at = 0.0
         self._on_done = on_done
 
     def callback(self, i: int) -> Callable[[KafkaError | None, Message], None]:
@@ -36,6 +40,7 @@ class Waiter:
                 self._left -= 1
                 last = self._left == 0
                 if last:
+                    self.done_at = time.perf_counter()
                     self.done.set()
             if last and self._on_done is not None:
                 self._on_done()

@@ -28,7 +28,7 @@ from outbox.transaction import HalfCoordinates, OutboxTransaction, TransactionHo
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-#: After each acknowledged send: the transaction, and whether it was its first.
+#: After each send (or while its records travel): the transaction, and whether it was its first.
 OnSent = Callable[[OutboxTransaction, bool], Awaitable[None]]
 
 
@@ -40,11 +40,12 @@ class AsyncOutboxTransaction:
         producer: TransactionHost,
         *,
         on_sent: OnSent | None = None,
+        in_flight: bool = False,
         check_immunity_s: int | None = None,
         check_by: CheckBy = CheckBy.EVIDENCE,
     ) -> None:
         self.core = OutboxTransaction(
-            producer, check_immunity_s=check_immunity_s, check_by=check_by
+            producer, in_flight=in_flight, check_immunity_s=check_immunity_s, check_by=check_by
         )
         #: The local transaction's session (decorator and context-manager forms).
         self.session: AsyncSession | None = None
@@ -161,16 +162,39 @@ class AsyncOutboxTransaction:
                     "returned or raised (a task left running?) is refused; send inside its scope"
                 )
             batch = self.core.batch(messages, count)
+            failed: list[Exception] = []
             try:
-                offsets = await self.core.producer.kafka.send_halves_async(batch)
+                offsets = await self.core.producer.kafka.send_halves_async(
+                    batch, meanwhile=self._while_sending(failed) if self.core.in_flight else None
+                )
                 coordinates = self.core.acknowledged(offsets)
-                if self._on_sent is not None:
-                    await self._on_sent(self.core, not self.core.evidence_written)
-                    self.core.evidence_written = True
+                if failed:
+                    raise failed[0]
+                if not self.core.in_flight:
+                    await self._sent()
             except BaseException as err:  # cancelled too: its records may be on the topic
                 self.core.broke(err)
                 raise
             return coordinates
+
+    async def _sent(self) -> None:
+        """After a send, or while its records travel: the evidence row with the first, then
+        the session's watch (:meth:`OutboxTransaction._sent`)."""
+        if self._on_sent is not None:
+            await self._on_sent(self.core, not self.core.evidence_written)
+            self.core.evidence_written = True
+
+    def _while_sending(self, failed: list[Exception]) -> Callable[[], Awaitable[None]]:
+        """:meth:`_sent` while the records travel, what it raises kept for after their
+        acknowledgement (:meth:`OutboxTransaction._while_sending`)."""
+
+        async def sent() -> None:
+            try:
+                await self._sent()
+            except Exception as err:
+                failed.append(err)
+
+        return sent
 
     async def close(self) -> None:
         """No send starts from now on, and one under way (another task's) finishes first, its

@@ -1,9 +1,10 @@
 """The evidence row: proof, inside the producer's own database, that a transaction committed.
 
 The table is created by the shipped Alembic migration (``outbox.migrations``). The producer
-writes ``kind='evidence'`` right after its half messages are acknowledged, inside the local
-transaction; the check endpoint writes ``kind='fence'`` for a transaction id it finds no evidence
-for, which makes a later commit of that transaction fail on the primary key.
+writes ``kind='evidence'`` with its first half send, inside the local transaction (while the
+records travel to Kafka where the database locks rows: :func:`write_while_sending`); the check
+endpoint writes ``kind='fence'`` for a transaction id it finds no evidence for, which makes a
+later commit of that transaction fail on the primary key.
 """
 
 from __future__ import annotations
@@ -60,3 +61,18 @@ def write_evidence(session: Session, txn_id: str, producer_group: str) -> None:
             "transaction had not yet written its evidence); it is rolled back and its messages "
             "will never be delivered - retry the business operation as a new transaction"
         ) from err
+
+
+def write_while_sending(session: Session) -> bool:
+    """Whether the evidence row may be inserted while the first send's records travel to Kafka.
+
+    On a database that locks rows (PostgreSQL, MySQL, ...) the INSERT locks a fresh key nobody
+    else writes, so it costs others nothing to take it a Kafka round trip earlier, and the two
+    round trips overlap. SQLite has one writer: its first INSERT takes the database's write
+    lock until COMMIT, so holding it for Kafka's round trip would make every other writer wait
+    too; there the row waits for the acknowledgement.
+    """
+    try:
+        return session.get_bind().dialect.name != "sqlite"
+    except sa.exc.UnboundExecutionError:  # the INSERT says what is wrong, later
+        return False

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Producer
@@ -118,15 +118,24 @@ class KafkaIO:
                 # on from poll): this thread must go on, or no later report would be served
                 log.exception("a delivery report's handler failed; serving the next ones")
 
-    def send_halves(self, batch: HalfBatch) -> list[int]:
+    def send_halves(
+        self, batch: HalfBatch, meanwhile: Callable[[], None] | None = None
+    ) -> list[int]:
         """Send and await the batch; its offsets in order.
+
+        ``meanwhile`` runs once, after the first attempt whose records are all handed to
+        librdkafka, before their acknowledgement is awaited: the transaction's evidence row is
+        inserted while the records travel, so the database's round trip and Kafka's overlap
+        instead of adding up. What it raises is raised (its records may still be acknowledged;
+        the transaction is broken either way and must not commit).
 
         Raises:
             HalfSendError: not acknowledged after ``send_attempts`` attempts.
         """
         self._check_open()
+        todo = [] if meanwhile is None else [meanwhile]
         try:  # the first attempt without tenacity's machinery (tens of us per call)
-            return self._send_once(batch)
+            return self._send_once(batch, todo)
         except HalfSendError as err:
             if self.settings.send_attempts <= 1 or not _retriable(err):
                 raise
@@ -140,23 +149,27 @@ class KafkaIO:
                 reraise=True,
             ):
                 with attempt:
-                    return self._send_once(batch)
+                    return self._send_once(batch, todo)
         except RetryError as err:  # pragma: no cover - reraise=True makes this unreachable
             raise HalfSendError(str(err)) from err
         raise AssertionError("unreachable")
 
-    async def send_halves_async(self, batch: HalfBatch) -> list[int]:
+    async def send_halves_async(
+        self, batch: HalfBatch, meanwhile: Callable[[], Awaitable[None]] | None = None
+    ) -> list[int]:
         """:meth:`send_halves` for asyncio: the same records and retries, the acknowledgement
-        awaited without blocking the loop.
+        awaited without blocking the loop; ``meanwhile`` is awaited once while the first
+        attempt's records travel (:meth:`send_halves`).
 
         Raises:
             HalfSendError: not acknowledged after ``send_attempts`` attempts.
         """
         self._check_open()
+        todo = [] if meanwhile is None else [meanwhile]
         attempt = 1
         while True:
             try:
-                return await self._send_once_async(batch)
+                return await self._send_once_async(batch, todo)
             except HalfSendError as err:
                 if attempt >= self.settings.send_attempts or not _retriable(err):
                     raise
@@ -164,12 +177,16 @@ class KafkaIO:
             await asyncio.sleep(backoff_s(attempt))
             attempt += 1
 
-    async def _send_once_async(self, batch: HalfBatch) -> list[int]:
+    async def _send_once_async(
+        self, batch: HalfBatch, todo: list[Callable[[], Awaitable[None]]]
+    ) -> list[int]:
         metrics = self.metrics
         started = 0.0 if metrics is None else time.perf_counter()
         try:
             acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             waiter = self._produce_batch(batch, on_done=future_setter(acknowledged))
+            while todo:  # once: popped before it runs
+                await todo.pop()()
             try:
                 await asyncio.wait_for(acknowledged, self.settings.send_timeout_s + 5)
             except TimeoutError:
@@ -180,14 +197,18 @@ class KafkaIO:
                 metrics.half_failed(err.reason)
             raise
         if metrics is not None:
-            metrics.half_acknowledged(time.perf_counter() - started)
+            metrics.half_acknowledged(waiter.done_at - started)
         return offsets
 
-    def _send_once(self, batch: HalfBatch) -> list[int]:
+    def _send_once(self, batch: HalfBatch, todo: list[Callable[[], None]]) -> list[int]:
+        """One attempt; ``todo`` (what the sender does while the records travel) is emptied
+        once they are all handed over, so it runs with exactly one attempt."""
         metrics = self.metrics
         started = 0.0 if metrics is None else time.perf_counter()
         try:
             waiter = self._produce_batch(batch)
+            while todo:  # once: popped before it runs
+                todo.pop()()
             if not waiter.done.wait(self.settings.send_timeout_s + 5):
                 raise self._unacknowledged(batch)
             offsets = self._outcome(batch, waiter)
@@ -196,7 +217,7 @@ class KafkaIO:
                 metrics.half_failed(err.reason)
             raise
         if metrics is not None:
-            metrics.half_acknowledged(time.perf_counter() - started)
+            metrics.half_acknowledged(waiter.done_at - started)
         return offsets
 
     def _produce_batch(self, batch: HalfBatch, on_done: Callable[[], None] | None = None) -> Waiter:

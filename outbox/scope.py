@@ -2,7 +2,7 @@
 ``with`` block (a SQLAlchemy ``Session``) or an ``async with`` block (an ``AsyncSession``).
 
 Both ways run the same steps: join an enclosing transaction or open one; guard the session
-(:mod:`outbox.session_guard`); the evidence row with the first acknowledged half message; on a
+(:mod:`outbox.session_guard`); the evidence row with the first half send; on a
 normal exit the database COMMIT, then the COMMIT op; on an exception the database ROLLBACK, then
 the ROLLBACK op; when the COMMIT itself fails, no op (the outcome may be unknown) and the
 session's connections are closed, leaving the answer to the checker and the evidence row. The
@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import ConfigurationError, WrongFormError
-from outbox.evidence import write_evidence
+from outbox.evidence import write_evidence, write_while_sending
 from outbox.logs import fields
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
@@ -181,7 +181,7 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
         yield outer
         return
     db, own = _opened(Session, session, "a `with` block needs a SQLAlchemy Session or sessionmaker")
-    txn = OutboxTransaction(producer, on_sent=_on_sent(db))
+    txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
     txn.session = db
     guard = SessionGuard.attach(db, txn.txn_id)
     token = current.set(txn)
@@ -251,7 +251,9 @@ async def run_async(
     )
     if producer.known_partitions is None:  # read once per producer: a blocking request
         await asyncio.to_thread(lambda: producer.partitions)
-    txn = AsyncOutboxTransaction(producer, on_sent=_on_sent_async(db))
+    txn = AsyncOutboxTransaction(
+        producer, on_sent=_on_sent_async(db), in_flight=write_while_sending(db.sync_session)
+    )
     txn.session = db
     guard = SessionGuard.attach(db.sync_session, txn.txn_id)
     token = current.set(txn)

@@ -69,6 +69,7 @@ class OutboxTransaction:
         producer: TransactionHost,
         *,
         on_sent: Callable[[OutboxTransaction, bool], None] | None = None,
+        in_flight: bool = False,
         check_immunity_s: int | None = None,
         check_by: CheckBy = CheckBy.EVIDENCE,
     ) -> None:
@@ -80,9 +81,12 @@ class OutboxTransaction:
         #: The local transaction's session (decorator and context-manager forms).
         self.session: Session | None = None
         self._on_sent = on_sent
+        #: Whether ``on_sent`` runs while a send's records travel (see :meth:`_sent`) rather
+        #: than once they are acknowledged.
+        self.in_flight = in_flight
         self._check_immunity_s = check_immunity_s
         self._check_by = check_by
-        #: Whether the evidence row is written (with the first send that completed).
+        #: Whether the evidence row is written (with the first send).
         self.evidence_written = False
         #: Why this transaction cannot commit any more: a send that failed after its records
         #: were handed to Kafka, or whose evidence row was not written (see :meth:`check_whole`).
@@ -206,15 +210,42 @@ class OutboxTransaction:
 
     def _send_messages(self, messages: Sequence[HalfMessage], count: int | None) -> HalfCoordinates:
         batch = self.batch(messages, count)
+        failed: list[Exception] = []
         try:
-            coordinates = self.acknowledged(self.producer.kafka.send_halves(batch))
-            if self._on_sent is not None:
-                self._on_sent(self, not self.evidence_written)
-                self.evidence_written = True
+            offsets = self.producer.kafka.send_halves(
+                batch, meanwhile=self._while_sending(failed) if self.in_flight else None
+            )
+            coordinates = self.acknowledged(offsets)
+            if failed:
+                raise failed[0]
+            if not self.in_flight:
+                self._sent()
         except BaseException as err:
             self.broke(err)
             raise
         return coordinates
+
+    def _sent(self) -> None:
+        """After a send, or while its records travel (``in_flight``): the evidence row with the
+        first, then the session's watch. In flight, the INSERT's round trip and Kafka's overlap
+        instead of adding up, and it stays safe: a send that then fails breaks the transaction,
+        which rolls the row back with everything else (:meth:`check_whole`)."""
+        if self._on_sent is not None:
+            self._on_sent(self, not self.evidence_written)
+            self.evidence_written = True
+
+    def _while_sending(self, failed: list[Exception]) -> Callable[[], None]:
+        """:meth:`_sent` while the records travel; what it raises (a fence: the evidence row's
+        key taken) waits in ``failed`` for their acknowledgement, so the ROLLBACK op that
+        follows names their offsets and the relay drops them as soon as it reads it."""
+
+        def sent() -> None:
+            try:
+                self._sent()
+            except Exception as err:
+                failed.append(err)
+
+        return sent
 
     def broke(self, err: BaseException) -> None:
         """A send failed after its records were handed to Kafka (they may be there), or its

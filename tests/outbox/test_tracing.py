@@ -133,7 +133,7 @@ def test_with_the_api_alone_the_callers_context_is_still_passed_on() -> None:
     sent: list[HalfBatch] = []
 
     class Kafka:
-        def send_halves(self, batch: HalfBatch) -> list[int]:
+        def send_halves(self, batch: HalfBatch, meanwhile: Any = None) -> list[int]:
             sent.append(batch)
             return list(range(batch.first_index, batch.first_index + len(batch.messages)))
 

@@ -175,10 +175,12 @@ def test_a_fenced_transaction_fails_on_its_evidence_and_rolls_back(
     producer: OutboxProducer, session_factory: sessionmaker, engine: sa.Engine, topics: Topics
 ) -> None:
     order_id = _id()
+    txn_ids: list[str] = []
 
     @outbox.transactional(producer=producer, session_factory=session_factory)
     def place(*, session: Session) -> None:
         txn_id = outbox.current_transaction().txn_id
+        txn_ids.append(txn_id)
         # Given a check that fenced this transaction id before it wrote its evidence
         with engine.begin() as conn:
             conn.execute(
@@ -196,6 +198,11 @@ def test_a_fenced_transaction_fails_on_its_evidence_and_rolls_back(
     assert order_id not in order_ids(engine)
     [op] = topics.ops()
     assert op.state is OpState.ROLLBACK
+    # And the ROLLBACK names the half record the send put on the topic (on PostgreSQL the
+    # evidence INSERT failed while it travelled), so a relay drops it on reading the op
+    [half] = topics.halves()
+    assert half.txn_id == op.txn_id == txn_ids[0]
+    assert len(op.half_offsets) == 1, op
 
 
 def test_promoted_header_names_are_reserved_for_the_outbox(
