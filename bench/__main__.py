@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--impls", help="comma-separated: ours, baseline_a, baseline_b (default all)")
     add("--workers", help="producer-path thread counts, comma-separated (default 1,4,16)")
     add("--messages", help="producer-path messages per transaction (default 1,10)")
-    add("--loads", help="end-to-end offered loads, txn/s (default 100,1000,5000)")
+    add("--loads", help="end-to-end offered loads, txn/s (default 100,400,1000,5000)")
     add("--relay-records", type=int, help="transactions preloaded per relay run (default 100,000)")
     add("--checker-txns", type=int, help="transactions for the checker (default 10,000)")
     add("--audit-txns", type=int, help="transactions the audit reads (default 1,000,000)")

@@ -33,7 +33,9 @@ class BenchConfig:
         workers: producer-path thread counts. Defaults to 1, 4, 16.
         messages: producer-path messages per transaction. Defaults to 1, 10.
         relay_records: transactions preloaded for the relay path. Defaults to 100,000.
-        loads: end-to-end offered loads, transactions/s. Defaults to 100, 1,000, 5,000.
+        loads: end-to-end offered loads, transactions/s. Defaults to 100, 400, 1,000, 5,000
+            (400: about the highest both ours and baseline B sustain on 2 cores; issue 30
+            compares their p99 at the highest load both sustain).
         e2e_workers: threads that run the end-to-end transactions. Defaults to 48.
         e2e_databases: end-to-end databases. Defaults to both.
         checker_txns: transactions left without an op for the checker. Defaults to 10,000.
@@ -59,7 +61,7 @@ class BenchConfig:
     workers: tuple[int, ...] = (1, 4, 16)
     messages: tuple[int, ...] = (1, 10)
     relay_records: int = 100_000
-    loads: tuple[int, ...] = (100, 1_000, 5_000)
+    loads: tuple[int, ...] = (100, 400, 1_000, 5_000)
     e2e_workers: int = 48
     e2e_databases: tuple[str, ...] = ("postgresql", "sqlite")
     checker_txns: int = 10_000

@@ -163,7 +163,7 @@ def render(
         *filter(None, [speed_line(document)]),
         f"Runs per configuration: {document['settings']['runs']} after a warm-up; cells are "
         "median (min-max over the runs).",
-        "## Targets (issue 8)",
+        "## Targets (issue 30; issue 29's asyncio one)",
         targets_table(targets),
     ]
     for result in results.values():

@@ -1,0 +1,82 @@
+"""The speed targets are computed from the rows a run measured, each against the baseline run
+beside it; a target whose rows are missing says so instead of passing or failing."""
+
+from __future__ import annotations
+
+from bench.model import Row, ScenarioResult
+from bench.stats import Summary
+from bench.targets import evaluate, sustained_load
+
+
+def _e2e(rows: dict[tuple[str, int], tuple[float, float, float]]) -> ScenarioResult:
+    """End-to-end rows: (impl, offered) -> (achieved/s, p99 ms, broker cores)."""
+    result = ScenarioResult("end_to_end", "e2e", keys=[], columns={})
+    for (impl, offered), (achieved, p99, broker) in rows.items():
+        metrics = {
+            "achieved_per_s": Summary.of([achieved], "txn/s"),
+            "p99_ms": Summary.of([p99, p99 + 2, p99 - 2], "ms"),
+            "cores_broker": Summary.of([broker], "cores"),
+        }
+        config = {"impl": impl, "db": "postgresql", "offered_per_s": offered}
+        result.rows.append(Row(config, metrics))
+    return result
+
+
+def test_end_to_end_targets_compare_ours_with_b_at_the_same_loads() -> None:
+    results = {
+        "end_to_end": _e2e(
+            {
+                ("ours", 100): (100, 30, 0.5),
+                ("baseline_b", 100): (100, 120, 0.1),
+                ("ours", 400): (396, 60, 0.9),
+                ("baseline_b", 400): (390, 150, 0.2),
+                ("ours", 1000): (700, 400, 1.0),  # not sustained: the shared rate is 400
+                ("baseline_b", 1000): (990, 160, 0.3),
+            }
+        )
+    }
+    assert sustained_load(results, "postgresql") == 400
+    by_goal = {t.name: t for t in evaluate(results)}
+    p99 = by_goal["end to end p99"]
+    assert (p99.value, p99.met) == (30, True)
+    vs_b = by_goal["end to end vs B"]
+    assert vs_b.value == 30 / 120 and vs_b.met is True
+    broker = by_goal["broker CPU vs B"]
+    assert broker.value is not None and abs(broker.value - 5.0) < 1e-9  # 0.5/100 vs 0.1/100
+    assert broker.met is False
+    shared = by_goal["end to end at a shared rate vs B"]
+    assert shared.value == 60 / 150 and shared.met is True and "400" in shared.note
+
+
+def test_targets_without_their_rows_are_not_measured_rather_than_met() -> None:
+    targets = evaluate({})
+    assert targets and all(t.met is None and t.measured == "not measured" for t in targets)
+    assert sustained_load({}, "postgresql") is None
+
+
+def test_the_producer_and_relay_targets_are_ratios_to_the_baseline_of_the_same_run() -> None:
+    producer = ScenarioResult("producer", "p", keys=[], columns={})
+    for impl, db, workers, rate, p50 in [
+        ("ours", "postgresql", 16, 900, 9.0),
+        ("baseline_a", "postgresql", 16, 1000, 8.0),
+        ("ours", "postgresql", 1, 400, 2.0),
+        ("baseline_a", "postgresql", 1, 420, 2.5),
+    ]:
+        metrics = {"txn_per_s": Summary.of([rate], "txn/s"), "p50_ms": Summary.of([p50], "ms")}
+        producer.rows.append(
+            Row({"impl": impl, "db": db, "workers": workers, "messages": 1}, metrics)
+        )
+    relay = ScenarioResult("relay", "r", keys=[], columns={})
+    for config, rate in [
+        ({"impl": "ours", "db": "-", "relays": 1}, 26_000),
+        ({"impl": "baseline_b", "db": "postgresql", "relays": 1}, 20_000),
+        ({"impl": "baseline_b", "db": "sqlite", "relays": 1}, 1_000),  # not the one compared
+    ]:
+        relay.rows.append(Row(config, {"promotions_per_s": Summary.of([rate], "records/s")}))
+    by_goal = {t.name: t for t in evaluate({"producer": producer, "relay": relay})}
+    assert by_goal["producer vs A, PostgreSQL"].value == 0.9
+    assert by_goal["producer vs A, PostgreSQL"].met is True
+    assert by_goal["producer vs A, SQLite"].met is None
+    assert by_goal["producer p50 vs A, PostgreSQL"].value == 0.8
+    assert by_goal["producer p50 vs A, PostgreSQL"].met is True
+    assert by_goal["one relay vs B"].value == 1.3 and by_goal["one relay vs B"].met is True
