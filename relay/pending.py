@@ -80,6 +80,23 @@ class Pending:
         self._candidate(txn_id)
         return entry
 
+    def open_with(self, record: HalfRecord, *, op_pos: int) -> int:
+        """:meth:`open` and :meth:`add` in one, for the first record read of a transaction
+        (the common case: one call per transaction, the entry built filled); returns how many
+        held values were dropped to stay under the cap."""
+        txn_id = record.txn_id
+        index = record.index
+        self.entries[txn_id] = Entry(
+            txn_id,
+            sys.intern(record.producer_group),
+            op_pos,
+            {index: (record.offset, record.timestamp_ms)},
+            {index: record},
+        )
+        self._candidate(txn_id)
+        self.held += 1
+        return self._evict() if self.held > self.max_held_records else 0
+
     def add(self, entry: Entry, record: HalfRecord) -> int:
         """A record of ``entry`` was read (a newer copy replaces what was read); returns how
         many held values were dropped to stay under the cap."""

@@ -49,6 +49,7 @@ from relay.actions import (
     Remember,
 )
 from relay.decisions import Decisions
+from relay.held import promote_held
 from relay.pending import Pending
 from relay.progress import Progress
 from relay.rebuild_point import RebuildPoint
@@ -94,11 +95,11 @@ class PartitionState:
         if txn in self.decided:
             return  # handled before (a re-read after a restart, or a copy of a decided one)
         entry = pending.entries.get(txn)
-        if entry is None:
-            entry = pending.open(
-                txn, record.producer_group, op_pos=self.rebuild_point.floor(self.op_position)
-            )
-        evicted = pending.add(entry, record)
+        if entry is None:  # its first record: the entry is built filled
+            op_pos = self.rebuild_point.floor(self.op_position)
+            evicted = pending.open_with(record, op_pos=op_pos)
+        else:
+            evicted = pending.add(entry, record)
         if evicted:
             self.counters.evicted += evicted
 
@@ -202,6 +203,8 @@ class PartitionState:
         self, op: OpRecord, verified_end: int | None, promotable: Promotable
     ) -> bool | Need:
         """True: handled. False: must wait. Need: records to fetch first."""
+        if promote_held(self, op, verified_end, promotable):
+            return True  # the common case, decided by the fast path (relay.held)
         txn = op.txn_id
         if op.state is OpState.RESUMED:
             return self._resume(op)
@@ -263,6 +266,10 @@ class PartitionState:
         self.counters.promoted += 1
         self._decided(op)
         return True
+
+    def decided_now(self, op: OpRecord) -> None:
+        """``op`` was carried out (or refused): remembered while copies may lie ahead."""
+        self._decided(op)
 
     def _decided(self, op: OpRecord) -> None:
         if self.half_position < self._log_end:  # a copy put back before may lie ahead
