@@ -68,7 +68,7 @@ def read_until(bootstrap: str, topics: list[str], last: str, timeout: float = 60
     return seen
 
 
-def test_debezium_publishes_committed_outbox_rows_to_their_topic_and_never_a_rolled_back_one(
+def test_debezium_publishes_committed_rows_to_their_topic_once_and_never_a_rolled_back_one(
     kafka_bootstrap: str, logical_db: str, harness_settings: HarnessSettings
 ) -> None:
     # Given: the business tables, the outbox table, two real topics and a running connector
@@ -94,14 +94,26 @@ def test_debezium_publishes_committed_outbox_rows_to_their_topic_and_never_a_rol
             raise RuntimeError("the business logic fails after the outbox insert")
         place_order_c(factory, refunds, 5, 1, {SEQ_HEADER: "refund"})
         place_order_c(factory, orders, 6, 1, {SEQ_HEADER: "last"})
-        seen = read_until(kafka_bootstrap, [orders, refunds], "last")
+        read_until(kafka_bootstrap, [orders, refunds], "last")
+        # ... and one more while the connector is stopped (the bench's relay path does this)
+        worker.stop_connector()
+        place_order_c(factory, orders, 7, 1, {SEQ_HEADER: "resumed"})
+        worker.resume_connector()
+        seen = read_until(kafka_bootstrap, [orders, refunds], "resumed")
     finally:
         worker.close()
         engine.dispose()
 
     # Then: every committed row once, on its topic, keyed by its aggregate; no rolled-back row
     assert sorted((topic, seq) for topic, _, _, seq in seen) == sorted(
-        [(orders, "1"), (orders, "2"), (orders, "3"), (refunds, "refund"), (orders, "last")]
+        [
+            (orders, "1"),
+            (orders, "2"),
+            (orders, "3"),
+            (refunds, "refund"),
+            (orders, "last"),
+            (orders, "resumed"),
+        ]
     )
     keys = {seq: key for _, key, _, seq in seen}
     assert keys == {
@@ -110,5 +122,6 @@ def test_debezium_publishes_committed_outbox_rows_to_their_topic_and_never_a_rol
         "3": CUSTOMER_KEYS[3],
         "refund": CUSTOMER_KEYS[5],
         "last": CUSTOMER_KEYS[6],
+        "resumed": CUSTOMER_KEYS[7],
     }
     assert all(value == PAYLOAD for _, _, value, _ in seen)
