@@ -148,6 +148,22 @@ def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> di
     }
 
 
+#: Baseline C's worker runs load this long before its first figure: a JVM measured right after
+#: its start is JIT-cold, which a Connect worker running for days is not. Tried on a loaded
+#: 2-core machine: 20 s at 400/s, then 100/s had a p50 of ~280 ms, against 824-1,154 ms right
+#: after the start with the usual 3 s warm-up (docs/benchmarks.md, "Baseline C").
+JIT_WARMUP_S = 20.0
+
+
+def jit_warmup(pipeline: Pipeline, config: BenchConfig) -> None:
+    """Load the just-started Connect worker for :data:`JIT_WARMUP_S` (at most 500 txn/s)."""
+    measure(pipeline, min(500, max(config.loads)), jit_seconds(config), config.e2e_workers)
+
+
+def jit_seconds(config: BenchConfig) -> float:
+    return config.warmup_seconds if config.quick else JIT_WARMUP_S
+
+
 def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult:
     started = time.monotonic()
     result = ScenarioResult(
@@ -163,6 +179,8 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
             pipeline = Pipeline(services, ctx, db, impl, config)
             try:
                 pipeline.start()
+                if impl == "baseline_c":
+                    jit_warmup(pipeline, config)
                 for rate in config.loads:
                     metrics = repeat(
                         functools.partial(
@@ -183,7 +201,8 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         f"{config.e2e_workers} worker threads; {config.seconds:.0f} s per run; one relay process "
         f"(ours: defaults; B: polling interval {config.poll_interval_s * 1000:.0f} ms, batches of "
         f"{config.b_batch}; C: Debezium's connector, poll.interval.ms "
-        f"{config.poll_interval_s * 1000:.0f}, on PostgreSQL only). "
+        f"{config.poll_interval_s * 1000:.0f}, on PostgreSQL only, after "
+        f"{jit_seconds(config):.0f} s of load for its JVM's JIT). "
         "'undelivered': committed but not visible within the drain time; "
         "'not issued': scheduled in the window while every worker was busy. "
         f"'busy cores': the machine's, of {os.cpu_count()}, while the load ran; the JSON splits "
