@@ -14,7 +14,7 @@ help:
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-broker - checks of the pinned Kafka broker itself (.ci/run runs them)"
-	@echo "make bench     - ours vs commit-then-publish vs table outbox, with ceilings (~1 h; updates README)"
+	@echo "make bench     - ours vs commit-then-publish vs table outbox vs Debezium, with ceilings (~1 h; updates README)"
 	@echo "make bench-quick - a smoke run of every benchmark scenario (minutes; figures are not results)"
 	@echo "make bench-audit - the Spark audit of 1,000,000 generated transactions on local[2] (~15 min)"
 	@echo "make lint      - ruff check, ruff format --check, mypy"
@@ -36,7 +36,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/spark/.resolved $(CACHE)/jvm/schema-registry/.built
+jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/spark/.resolved $(CACHE)/jvm/schema-registry/.built \
+	$(CACHE)/jvm/connect/.resolved
 
 $(CACHE)/jvm/%/.resolved: jvm/%/pom.xml
 	rm -rf $(CACHE)/jvm/$*

@@ -8,5 +8,6 @@ or not from what was measured in the same run.
 
 Scenarios (one module each): :mod:`bench.producer_path`, :mod:`bench.relay_path`,
 :mod:`bench.end_to_end`, :mod:`bench.checker_path`, :mod:`bench.audit_path`,
-:mod:`bench.ceilings`. The alternatives users compare us with are in :mod:`bench.baselines`.
+:mod:`bench.ceilings`. The alternatives users compare us with are in :mod:`bench.baselines`
+(A and B) and :mod:`bench.baseline_c` with :mod:`bench.connect_worker` (C, Debezium's outbox).
 """

@@ -28,8 +28,10 @@ class BenchConfig:
         warmup_seconds: length of the warm-up of the time-boxed scenarios. Defaults to 3 s.
         scenarios: which to run, in this order. Defaults to all.
         databases: ``postgresql`` and/or ``sqlite``. Defaults to both.
-        impls: which of ``ours``, ``baseline_a``, ``baseline_b`` the producer path and end to
-            end run (end to end never runs A, which has no relay). Defaults to all.
+        impls: which of ``ours``, ``baseline_a``, ``baseline_b``, ``baseline_c`` the producer
+            path, relay path and end to end run (end to end never runs A, which has no relay;
+            the producer path never runs C, whose producer side has B's shape; C runs on
+            PostgreSQL only; the relay path always runs ours and B). Defaults to all.
         workers: producer-path thread counts. Defaults to 1, 4, 16.
         messages: producer-path messages per transaction. Defaults to 1, 10.
         relay_records: transactions preloaded for the relay path. Defaults to 100,000.
@@ -57,7 +59,7 @@ class BenchConfig:
     warmup_seconds: float = 3.0
     scenarios: tuple[str, ...] = SCENARIOS
     databases: tuple[str, ...] = ("postgresql", "sqlite")
-    impls: tuple[str, ...] = ("ours", "baseline_a", "baseline_b")
+    impls: tuple[str, ...] = ("ours", "baseline_a", "baseline_b", "baseline_c")
     workers: tuple[int, ...] = (1, 4, 16)
     messages: tuple[int, ...] = (1, 10)
     relay_records: int = 100_000
@@ -78,7 +80,7 @@ class BenchConfig:
         for name, allowed in (
             ("databases", ("postgresql", "sqlite")),
             ("e2e_databases", ("postgresql", "sqlite")),
-            ("impls", ("ours", "baseline_a", "baseline_b")),
+            ("impls", ("ours", "baseline_a", "baseline_b", "baseline_c")),
         ):
             bad = sorted(set(getattr(self, name)) - set(allowed))
             if bad:

@@ -1,12 +1,13 @@
-"""Scenario 3, end to end: commit-to-visible latency at a fixed offered load, ours vs B.
+"""Scenario 3, end to end: commit-to-visible latency at a fixed offered load, ours vs B vs C.
 
 An open-loop scheduler issues transactions at the offered rate (whether or not earlier ones
 have finished) to a pool of worker threads; each transaction is the producer path's business
 write and one 1 KiB message carrying a ``bench-seq`` header. When its DB commit returns, the
 transaction's commit time is stamped (a SQLAlchemy ``after_commit`` hook, on the monotonic
 clock). One relay process (ours: ``python -m relay``; B: the polling relay at its default
-interval) promotes, and a ``read_committed`` consumer in its own process stamps each record's
-arrival on the same machine-wide clock. Latency = arrival - commit.
+interval; C, PostgreSQL only: Debezium's connector on a Kafka Connect worker) promotes, and a
+``read_committed`` consumer in its own process stamps each record's arrival on the same
+machine-wide clock. Latency = arrival - commit.
 
 The rate the system really committed is reported beside the offered one: when it cannot keep
 up, the scheduler waits for a free worker and the achieved rate shows it. How busy the machine
@@ -17,32 +18,22 @@ each run: a latency measured on a saturated machine is a queue's.
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import sqlalchemy as sa
-from sqlalchemy.orm import Session, sessionmaker
-
-import outbox
-from bench.baselines import create_outbox_table, place_order_b
 from bench.config import BenchConfig
-from bench.cpu import CpuMeter, Roles, kafka_brokers, postgres_servers
+from bench.cpu import CpuMeter
+from bench.e2e_pipeline import Pipeline
 from bench.model import Row, ScenarioResult, repeat
-from bench.procs import Child, Context, create_topic, holds_partitions, relay_env, unique
-from bench.producer_path import outbox_settings
-from bench.services import Services, engine_for
+from bench.procs import Context
+from bench.services import Services
 from bench.stats import percentiles
-from bench.watch import Watcher
-from bench.workload import CUSTOMER_KEYS, PAYLOAD, business_write, create_schema
-from outbox import OutboxProducer, ensure_topics, migrations
 
-IMPLS = ("ours", "baseline_b")
+IMPLS = ("ours", "baseline_b", "baseline_c")
 UNITS = {
     "p50_ms": "ms",
     "p99_ms": "ms",
@@ -71,112 +62,6 @@ COLUMNS = {
     "shed": "not issued",
     "cores_busy": "busy cores",
 }
-_current = threading.local()
-
-
-class Pipeline:
-    """A database, one relay and a watcher for one implementation; transactions numbered."""
-
-    def __init__(self, services: Services, ctx: Context, db: str, impl: str, config: BenchConfig):
-        self.impl, self.db = impl, db
-        self.url = services.database(db, "e2e")
-        migrations.upgrade(self.url)
-        self.engine = engine_for(self.url, pool_size=config.e2e_workers)
-        create_schema(self.engine)
-        create_outbox_table(self.engine)
-        self.topic = unique("bench-e2e")
-        create_topic(services.bootstrap, self.topic)
-        self.commits: dict[str, int] = {}
-        self.factory = sessionmaker(self.engine)
-        sa.event.listen(self.factory, "after_commit", self._committed)
-        self._seqs = itertools.count(1)
-        self.producer: OutboxProducer | None = None
-        if impl == "ours":
-            settings = outbox_settings(services.bootstrap, unique("__outbox-e2e"))
-            ensure_topics(settings)
-            self.producer = OutboxProducer(settings)
-            group = unique("bench-e2e-relay")
-            env = relay_env(services.bootstrap, settings.topic_prefix, group, "e2e")
-            self.relay = Child(ctx, f"relay-{group}", "relay", env=env)
-        else:
-            args = [
-                "relay",
-                "--db-url",
-                self.url,
-                "--bootstrap",
-                services.bootstrap,
-                "--batch",
-                str(config.b_batch),
-                "--poll-interval",
-                str(config.poll_interval_s),
-            ]
-            self.relay = Child(ctx, unique("polling-relay-e2e"), "bench.baselines", args)
-        self.watcher = Watcher(
-            ctx,
-            unique("watch-e2e"),
-            services.bootstrap,
-            self.topic,
-            consumer=dict(item.split("=", 1) for item in config.e2e_consumer),
-        )
-        self.place = self._ours() if impl == "ours" else self._baseline_b
-
-    def start(self) -> None:
-        self.watcher.start()
-        self.relay.start()
-        if self.impl == "ours":
-            self.relay.wait_for_log(holds_partitions, 60, "partition assignment")
-
-    def _committed(self, session: Session) -> None:
-        seq = getattr(_current, "seq", None)
-        if seq is not None:
-            self.commits[seq] = time.monotonic_ns()
-
-    def _ours(self) -> Any:
-        assert self.producer is not None
-
-        @outbox.transactional(producer=self.producer, session_factory=self.factory)
-        def place_order(customer: int, seq: str, *, session: Session) -> None:
-            business_write(session, customer)
-            outbox.send(
-                self.topic, PAYLOAD, key=CUSTOMER_KEYS[customer], headers={"bench-seq": seq}
-            )
-
-        return place_order
-
-    def _baseline_b(self, customer: int, seq: str) -> None:
-        place_order_b(self.factory, self.topic, customer, 1, {"bench-seq": seq})
-
-    def transaction(self, customer: int) -> str:
-        seq = str(next(self._seqs))
-        _current.seq = seq
-        try:
-            self.place(customer, seq)
-        finally:
-            _current.seq = None
-        return seq
-
-    def cpu_roles(self) -> Roles:
-        """The processes of this pipeline's run, by role (SQLite runs inside the generator)."""
-
-        def relay() -> list[int]:
-            proc = self.relay.proc
-            return [proc.pid] if proc is not None and proc.poll() is None else []
-
-        roles: dict[str, Callable[[], Iterable[int]]] = {
-            "generator": lambda: [os.getpid()],
-            "relay": relay,
-            "broker": kafka_brokers,
-        }
-        if self.db == "postgresql":
-            roles["database"] = postgres_servers
-        return roles
-
-    def close(self) -> None:
-        self.relay.stop()
-        self.watcher.stop()
-        if self.producer is not None:
-            self.producer.close()
-        self.engine.dispose()
 
 
 def open_loop(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> dict[str, Any]:
@@ -263,6 +148,22 @@ def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> di
     }
 
 
+#: Baseline C's worker runs load this long before its first figure: a JVM measured right after
+#: its start is JIT-cold, which a Connect worker running for days is not. Tried on a loaded
+#: 2-core machine: 20 s at 400/s, then 100/s had a p50 of ~280 ms, against 824-1,154 ms right
+#: after the start with the usual 3 s warm-up (docs/benchmarks.md, "Baseline C").
+JIT_WARMUP_S = 20.0
+
+
+def jit_warmup(pipeline: Pipeline, config: BenchConfig) -> None:
+    """Load the just-started Connect worker for :data:`JIT_WARMUP_S` (at most 500 txn/s)."""
+    measure(pipeline, min(500, max(config.loads)), jit_seconds(config), config.e2e_workers)
+
+
+def jit_seconds(config: BenchConfig) -> float:
+    return config.warmup_seconds if config.quick else JIT_WARMUP_S
+
+
 def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult:
     started = time.monotonic()
     result = ScenarioResult(
@@ -273,9 +174,13 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
     )
     for db in config.e2e_databases:
         for impl in [i for i in IMPLS if i in config.impls]:
+            if impl == "baseline_c" and db != "postgresql":
+                continue  # Debezium needs PostgreSQL's logical decoding
             pipeline = Pipeline(services, ctx, db, impl, config)
             try:
                 pipeline.start()
+                if impl == "baseline_c":
+                    jit_warmup(pipeline, config)
                 for rate in config.loads:
                     metrics = repeat(
                         functools.partial(
@@ -295,11 +200,15 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
     result.notes.append(
         f"{config.e2e_workers} worker threads; {config.seconds:.0f} s per run; one relay process "
         f"(ours: defaults; B: polling interval {config.poll_interval_s * 1000:.0f} ms, batches of "
-        f"{config.b_batch}). 'undelivered': committed but not visible within the drain time; "
+        f"{config.b_batch}; C: Debezium's connector, poll.interval.ms "
+        f"{config.poll_interval_s * 1000:.0f}, on PostgreSQL only, after "
+        f"{jit_seconds(config):.0f} s of load for its JVM's JIT). "
+        "'undelivered': committed but not visible within the drain time; "
         "'not issued': scheduled in the window while every worker was busy. "
         f"'busy cores': the machine's, of {os.cpu_count()}, while the load ran; the JSON splits "
         "them into generator (this process, with SQLite), relay, broker and database, and gives "
-        "the time from DB commit to the relay's produce() (the record's timestamp). "
+        "the time from DB commit to the relay's produce() (the record's timestamp; for C the "
+        "time Debezium handled the change event). "
         f"Consumer: read_committed, {', '.join(config.e2e_consumer) or 'librdkafka defaults'}."
     )
     result.seconds = time.monotonic() - started

@@ -9,6 +9,9 @@ reported apart. With two relays the second one's joining (a rebalance: the first
 gets all partitions, then gives half back) happens inside the measured span, so the rate from
 the moment the last relay logged its assignment to the last record is reported too.
 
+**Baseline C** (PostgreSQL only): N rows preloaded into Debezium's outbox table, drained by
+its connector resumed on them (bench/relay_c.py).
+
 **Baseline B**: N rows preloaded into ``outbox_messages``, then one or two polling relay
 processes drain them (PostgreSQL: ``FOR UPDATE SKIP LOCKED`` lets two work side by side;
 SQLite: they take turns on the write lock). Measured the same way.
@@ -20,8 +23,8 @@ import datetime as dt
 import functools
 import time
 import urllib.request
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from bench import preload
 from bench.baselines import create_outbox_table, preload_outbox
@@ -77,7 +80,18 @@ def rates(
     return figures
 
 
-def last_assignment_ns(children: list[Child], before_ns: int) -> int | None:
+class Relay(Protocol):
+    """What :func:`drain` drives: a relay process (:class:`Child`) or a Connect worker."""
+
+    name: str
+
+    def start(self) -> object: ...
+    def stop(self) -> int | None: ...
+    def log_text(self) -> str: ...
+    def tail(self, lines: int = 30) -> str: ...
+
+
+def last_assignment_ns(children: Sequence[Relay], before_ns: int) -> int | None:
     """When the last of the relays logged its non-empty assignment, on the monotonic clock,
     counting only assignments logged before ``before_ns`` (the drain's end: stopping one relay
     hands its partitions to the other, which logs a new assignment after the records were all
@@ -103,7 +117,7 @@ def drain(
     services: Services,
     topic: str,
     expected: int,
-    children: list[Child],
+    children: Sequence[Relay],
     *,
     group: bool = True,
     metric_ports: list[int] | None = None,
@@ -266,6 +280,16 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
                     functools.partial(baseline_run, services, ctx, config, url, relays=relays),
                 )
             )
+    if "baseline_c" in config.impls and "postgresql" in config.databases:
+        from bench import relay_c
+
+        runs = relay_c.ConnectorRuns(services, ctx, config)
+        try:
+            key = {"impl": "baseline_c", "db": "postgresql", "relays": 1}
+            result.rows.append(_row(config, key, runs))
+        finally:
+            runs.close()
+        result.notes.append(relay_c.note(config))
     result.notes.append(
         f"{config.relay_records:,} one-message transactions of 1 KiB per run; the clock runs "
         "from the first to the last record visible to a read_committed consumer. Baseline B: "

@@ -165,7 +165,13 @@ def _postgres_settings(url: str) -> dict[str, Any]:
             version = conn.execute(sa.text("SHOW server_version")).scalar()
             settings = {
                 name: conn.execute(sa.text(f"SHOW {name}")).scalar()
-                for name in ("fsync", "synchronous_commit", "full_page_writes", "max_connections")
+                for name in (
+                    "fsync",
+                    "synchronous_commit",
+                    "full_page_writes",
+                    "max_connections",
+                    "wal_level",
+                )
             }
     finally:
         engine.dispose()

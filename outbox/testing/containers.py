@@ -80,6 +80,7 @@ def start_postgres_container(settings: HarnessSettings, engine: Engine) -> Runni
     image = postgres_image(settings, engine)
     user = "postgres" if image.startswith("localhost/") else None
     args = ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=200"]
+    args += ["-c", "wal_level=logical"]  # for Debezium (postgres_process.SERVER_OPTIONS)
     container = _start(image, {5432: port}, env, command=args, user=user)
     url = f"postgresql+psycopg://postgres@localhost:{port}/postgres"
 
