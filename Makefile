@@ -7,13 +7,14 @@ CACHE := $(CURDIR)/.cache
 MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
 export OUTBOX_CACHE_DIR := $(CACHE)
 
-.PHONY: help setup system venv jars demo test test-broker test-unit lint fmt constraints clean image bench bench-quick bench-audit
+.PHONY: help setup system venv jars demo test test-broker test-cluster test-unit lint fmt constraints clean image bench bench-quick bench-audit
 
 help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-broker - checks of the pinned Kafka broker itself (.ci/run runs them)"
+	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
 	@echo "make bench     - ours vs commit-then-publish vs table outbox vs Debezium, with ceilings (~1 h; updates README)"
 	@echo "make bench-quick - a smoke run of every benchmark scenario (minutes; figures are not results)"
 	@echo "make bench-audit - the Spark audit of 1,000,000 generated transactions on local[2] (~15 min)"
@@ -59,11 +60,16 @@ demo: setup
 	$(BIN)/python examples/orders/demo.py
 
 test: setup
-	$(BIN)/pytest -m "not broker_guard"
+	$(BIN)/pytest -m "not broker_guard and not cluster"
 
 # Checks of the pinned Kafka broker itself (README "Broker versions"); .ci/run runs them too.
 test-broker: setup
 	$(BIN)/pytest -m broker_guard
+
+# Tests that start multi-process clusters (a Spark standalone master and workers, several
+# brokers): they do not fit make test's 30 minutes on the 2-core CI machine; .ci/run runs them.
+test-cluster: setup
+	$(BIN)/pytest -m cluster
 
 test-unit: venv
 	$(BIN)/pytest -m "not integration"
