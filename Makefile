@@ -66,8 +66,9 @@ test: setup
 test-broker: setup
 	$(BIN)/pytest -m broker_guard
 
-# Tests that start multi-process clusters (a Spark standalone master and workers, several
-# brokers): they do not fit make test's 30 minutes on the 2-core CI machine; .ci/run runs them.
+# Tests beyond one broker or one process (a Spark standalone master and workers, three brokers,
+# Kafka Connect with Debezium): they do not fit make test's 30 minutes on the 2-core CI
+# machine; .ci/run runs them.
 test-cluster: setup
 	$(BIN)/pytest -m cluster
 

@@ -18,7 +18,8 @@ from bench.workload import CUSTOMER_KEYS, PAYLOAD, business_write, create_schema
 from outbox.testing import HarnessSettings
 from tests.kafka_helpers import create_topic, unique
 
-pytestmark = pytest.mark.integration
+# Kafka Connect is a third system (a JVM of its own, 34 s or more): make test-cluster runs it.
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
 @pytest.fixture
