@@ -197,6 +197,8 @@ class Watcher:
         #: (partition, offset) each message was read at: a repeat at the same offset is a
         #: re-read by this consumer, at another offset a second copy in the topic.
         self.where: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+        #: Records read a second time at the same (partition, offset), not counted again.
+        self.reread = 0
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -222,10 +224,17 @@ class Watcher:
     def record(self, msg: object) -> None:
         headers = dict(msg.headers())  # type: ignore[attr-defined]
         txn = headers[Header.TXN_ID].decode()
+        at = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
         with self._lock:
             message = (txn, int(headers[Header.MESSAGE_INDEX]))
+            if at in self.where[message]:
+                # This consumer read the same record again (e.g. its group, which commits no
+                # offsets, rejoined after a broker restart and started over from the earliest):
+                # not a second copy in the topic, which would sit at another offset.
+                self.reread += 1
+                return
             self.seen[message] += 1
-            self.where[message].append((msg.partition(), msg.offset()))  # type: ignore[attr-defined]
+            self.where[message].append(at)
             order = self.per_key[msg.key()]  # type: ignore[attr-defined]
             if not order or order[-1] != txn:
                 order.append(txn)
