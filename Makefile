@@ -13,7 +13,7 @@ help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
 	@echo "make test-unit - tests that start no services"
-	@echo "make test-broker - checks of the pinned Kafka broker itself (.ci/run runs them)"
+	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
 	@echo "make bench     - ours vs commit-then-publish vs table outbox vs Debezium, with ceilings (~1 h; updates README)"
 	@echo "make bench-quick - a smoke run of every benchmark scenario (minutes; figures are not results)"
@@ -62,7 +62,8 @@ demo: setup
 test: setup
 	$(BIN)/pytest -m "not broker_guard and not cluster"
 
-# Checks of the pinned Kafka broker itself (README "Broker versions"); .ci/run runs them too.
+# The pinned Kafka broker going down under transactions (README "Broker versions"): its marker
+# check and the relay across a broker restart (~3 min); .ci/run runs them too.
 test-broker: setup
 	$(BIN)/pytest -m broker_guard
 
