@@ -7,11 +7,12 @@ CACHE := $(CURDIR)/.cache
 MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
 export OUTBOX_CACHE_DIR := $(CACHE)
 
-.PHONY: help setup system venv jars demo test test-broker test-unit lint fmt constraints clean image bench bench-quick bench-audit
+.PHONY: help setup system venv jars demo test test-broker test-cluster test-unit lint fmt constraints clean image bench bench-quick bench-audit
 
 help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
+	@echo "make test-cluster - three-broker Kafka clusters under broker failures, pinned and newest Kafka (.ci/run runs them)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-broker - checks of the pinned Kafka broker itself (.ci/run runs them)"
 	@echo "make bench     - ours vs commit-then-publish vs table outbox, with ceilings (~1 h; updates README)"
@@ -36,7 +37,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/spark/.resolved $(CACHE)/jvm/schema-registry/.built
+jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/kafka-newest/.resolved $(CACHE)/jvm/spark/.resolved $(CACHE)/jvm/schema-registry/.built
 
 $(CACHE)/jvm/%/.resolved: jvm/%/pom.xml
 	rm -rf $(CACHE)/jvm/$*
@@ -58,11 +59,17 @@ demo: setup
 	$(BIN)/python examples/orders/demo.py
 
 test: setup
-	$(BIN)/pytest -m "not broker_guard"
+	$(BIN)/pytest -m "not broker_guard and not cluster"
 
 # Checks of the pinned Kafka broker itself (README "Broker versions"); .ci/run runs them too.
 test-broker: setup
 	$(BIN)/pytest -m broker_guard
+
+# Multi-node clusters (three Kafka brokers, killed and restarted under load, on the pinned and
+# the newest Kafka release): too slow for make test's 30 minutes; .ci/run runs them after it.
+# -rA prints each test's figures (recovery times) in the summary.
+test-cluster: setup
+	$(BIN)/pytest -m cluster -rA
 
 test-unit: venv
 	$(BIN)/pytest -m "not integration"
