@@ -79,6 +79,7 @@ class KafkaCluster:
         jars_dir: Path | None = None,
         workdir: Path | None = None,
     ) -> None:
+        self._own_workdir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="outbox-cluster-"))
         self.version = settings.kafka_version(jars_dir)
         self.nodes: dict[int, KafkaProcess] = {}
@@ -207,9 +208,11 @@ class KafkaCluster:
             node.kill()
 
     def close(self) -> None:
-        """Stop every node (killed: nothing of the data is kept) and remove the data."""
+        """Stop every node (killed: nothing of the data is kept) and remove the data, unless
+        the caller gave the folder (pytest's tmp_path keeps the last runs' logs to read)."""
         self.kill_all()
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def logs(self, tail: int | None = None) -> str:
         return "\n".join(f"--- node {i} ---\n{n.logs(tail)}" for i, n in self.nodes.items())
