@@ -12,6 +12,7 @@ export OUTBOX_CACHE_DIR := $(CACHE)
 help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
+	@echo "make test-cluster - three-broker Kafka clusters under broker failures, pinned and newest Kafka (.ci/run runs them)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
@@ -37,8 +38,8 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/spark/.resolved $(CACHE)/jvm/schema-registry/.built \
-	$(CACHE)/jvm/connect/.resolved
+jars: $(CACHE)/jvm/kafka/.resolved $(CACHE)/jvm/kafka-newest/.resolved $(CACHE)/jvm/spark/.resolved \
+	$(CACHE)/jvm/schema-registry/.built $(CACHE)/jvm/connect/.resolved
 
 $(CACHE)/jvm/%/.resolved: jvm/%/pom.xml
 	rm -rf $(CACHE)/jvm/$*
@@ -67,11 +68,12 @@ test: setup
 test-broker: setup
 	$(BIN)/pytest -m broker_guard
 
-# Tests beyond one broker or one process (a Spark standalone master and workers, three brokers,
-# Kafka Connect with Debezium): they do not fit make test's 30 minutes on the 2-core CI
-# machine; .ci/run runs them.
+# Tests beyond one broker or one process (three Kafka brokers killed and restarted under load,
+# on the pinned and the newest Kafka release; a Spark standalone master and workers; Kafka
+# Connect with Debezium): they do not fit make test's 30 minutes on the 2-core CI machine;
+# .ci/run runs them. -rA prints each test's figures (recovery times) in the summary.
 test-cluster: setup
-	$(BIN)/pytest -m cluster
+	$(BIN)/pytest -m cluster -rA
 
 test-unit: venv
 	$(BIN)/pytest -m "not integration"

@@ -57,9 +57,17 @@ def server_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
 class KafkaProcess:
     """Formats a data folder and runs ``kafka.Kafka`` on free loopback ports."""
 
-    def __init__(self, settings: HarnessSettings, workdir: Path | None = None) -> None:
+    def __init__(
+        self,
+        settings: HarnessSettings,
+        workdir: Path | None = None,
+        *,
+        jars_dir: Path | None = None,
+        heap: str = HEAP,
+    ) -> None:
         self.settings = settings
-        self.classpath = settings.kafka_classpath()
+        self.classpath = settings.kafka_classpath(jars_dir)
+        self.heap = heap
         self.java = shutil.which("java")
         if self.java is None:
             raise ServiceStartError("no `java` on PATH; install a Java 17 runtime (openjdk-17-jre)")
@@ -78,7 +86,7 @@ class KafkaProcess:
         log4j = resources.files("outbox.testing") / "resources" / "log4j2.properties"
         return [
             str(self.java),
-            HEAP,
+            self.heap,
             "-XX:+UseG1GC",
             "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={log4j}",
@@ -107,15 +115,20 @@ class KafkaProcess:
             )
         )
 
-    def start(self, timeout: float = 90.0) -> None:
-        out = (self.workdir / "stdout.log").open("ab")
-        self.proc = subprocess.Popen(
-            self._java("kafka.Kafka", str(self.config), log=self.log_file),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    def launch(self) -> None:
+        """Start the process without waiting for it to serve (a cluster's nodes start together:
+        none of them serves before a quorum of controllers is up)."""
+        with (self.workdir / "stdout.log").open("ab") as out:
+            self.proc = subprocess.Popen(
+                self._java("kafka.Kafka", str(self.config), log=self.log_file),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         atexit.register(self.kill)
+
+    def start(self, timeout: float = 90.0) -> None:
+        self.launch()
         try:
             wait_for_kafka(self.bootstrap, timeout=timeout, alive=self.alive)
         except ServiceStartError as err:

@@ -7,7 +7,8 @@ settings, or ``pytest_plugins = ["outbox.testing.pytest_plugin"]`` in the root `
 Fixtures: ``kafka_bootstrap``, ``postgres_url``, ``sqlite_url``, ``db_url`` (parametrised over
 PostgreSQL and SQLite), ``schema_registry_url`` (a Confluent-compatible schema registry's URL for
 ``SchemaRegistryClient``), the ``kafka_service`` / ``postgres_service`` /
-``schema_registry_service`` handles, and
+``schema_registry_service`` handles, ``kafka_cluster`` (three brokers, replication factor 3 and
+``min.insync.replicas=2``, once on the pinned Kafka release and once on the newest), and
 ``local_kafka`` / ``local_postgres`` / ``container_kafka`` / ``container_postgres`` pinned to one
 provider. Under ``CI=true`` a service that cannot start FAILS the test; elsewhere it skips with
 the reason (never a silent pass).
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from outbox.testing.kafka_cluster import KafkaCluster
 from outbox.testing.providers import Provider, start_kafka, start_postgres, start_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
 from outbox.testing.settings import HarnessSettings
@@ -69,6 +71,29 @@ def schema_registry_service(request: pytest.FixtureRequest) -> Iterator[RunningS
     service = _start(request, start_schema_registry)
     yield service
     service.stop()
+
+
+@pytest.fixture(scope="session", params=["pinned", "newest"])
+def kafka_cluster(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaCluster]:
+    """A three-broker KRaft cluster of local processes, once per Kafka release: the pinned one
+    (jvm/kafka) and the newest (jvm/kafka-newest). Tests may kill, stop and restart its nodes;
+    they leave all three running. Only local processes: no container provider yet."""
+    settings: HarnessSettings = request.getfixturevalue("harness_settings")
+    jars = settings.kafka_jars_dir if request.param == "pinned" else settings.kafka_newest_jars_dir
+    try:
+        cluster = KafkaCluster(
+            settings, jars_dir=jars, workdir=tmp_path_factory.mktemp("kafka-cluster")
+        )
+        cluster.start()
+    except ServiceStartError as err:
+        message = f"could not start a three-broker Kafka cluster: {err}"
+        if settings.ci:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    yield cluster
+    cluster.close()
 
 
 @pytest.fixture(scope="session")

@@ -95,12 +95,18 @@ class HarnessSettings:
         return self.cache_dir / "jvm" / "kafka"
 
     @property
+    def kafka_newest_jars_dir(self) -> Path:
+        """The newest Kafka release (jvm/kafka-newest/pom.xml), for the cluster tests."""
+        return self.cache_dir / "jvm" / "kafka-newest"
+
+    @property
     def spark_jars_dir(self) -> Path:
         return self.cache_dir / "jvm" / "spark"
 
-    def kafka_classpath(self) -> str:
-        """The broker's classpath; fails with the fix when ``make jars`` has not run."""
-        jars = self.kafka_jars_dir
+    def kafka_classpath(self, jars_dir: Path | None = None) -> str:
+        """The broker's classpath (the pinned release's, or the one in ``jars_dir``); fails with
+        the fix when ``make jars`` has not run."""
+        jars = jars_dir or self.kafka_jars_dir
         if not any(jars.glob("kafka_2.13-*.jar")):
             raise ServiceStartError(
                 f"no Kafka broker jars in {jars}; run `make jars` (resolves them from Maven "
@@ -122,9 +128,10 @@ class HarnessSettings:
             )
         return jar
 
-    def kafka_version(self) -> str:
-        self.kafka_classpath()
-        jar = next(self.kafka_jars_dir.glob("kafka_2.13-*.jar"))
+    def kafka_version(self, jars_dir: Path | None = None) -> str:
+        jars = jars_dir or self.kafka_jars_dir
+        self.kafka_classpath(jars)
+        jar = next(jars.glob("kafka_2.13-*.jar"))
         return jar.stem.removeprefix("kafka_2.13-")
 
 
