@@ -16,17 +16,17 @@ from typing import Any
 
 from confluent_kafka import (
     Consumer,
-    IsolationLevel,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from checker.assignment import progress_metadata, restore_counts, starts
 from checker.breaker import Breaker
 from checker.client import CheckClient
+from checker.end_offsets import end_offsets
 from checker.instances import LiveInstances
 from checker.plan import CheckerStats, RoundPlan
 from checker.rounds import CheckRound
@@ -37,7 +37,6 @@ from checker.writer import Refusals, RoundFailed, RoundWriter
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
-from outbox.logs import fields
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
@@ -262,34 +261,6 @@ class Session:
         """Which of ``partitions`` have their op partition read to its end since assigned."""
         return {p for p in partitions if (self.names.op, p) in self.at_end}
 
-    def _end_offsets(self, topic: str, partitions: set[int], timeout: float) -> dict[int, int]:
-        """High-watermarks of ``partitions`` in one request per leader; a partition whose
-        offset could not be had is left out (treated as not read to its end)."""
-        admin = self.admin
-        if admin is None:
-            return {}  # the session has ended
-        request = {
-            TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
-            for p in sorted(partitions)
-        }
-        futures = admin.list_offsets(
-            request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout
-        )
-        ends: dict[int, int] = {}
-        for tp, future in futures.items():
-            try:
-                ends[tp.partition] = int(future.result().offset)
-            except KafkaException as err:
-                log.warning(
-                    "end offset of %s [%d] not known: %s",
-                    topic,
-                    tp.partition,
-                    err,
-                    extra=fields(topic=topic, partition=tp.partition),
-                )
-        admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
-        return ends
-
     def _read_halves_to_end(self, partitions: set[int]) -> bool:
         """Before a COMMIT is written, read every half record the transaction can have.
 
@@ -297,7 +268,7 @@ class Session:
         before the answer, so all of them lie below the half partition's high-watermark now
         (asked once per round, for every partition at once).
         """
-        ends = self._end_offsets(self.names.half, partitions, timeout=10)
+        ends = end_offsets(self.admin, self.consumer, self.names.half, partitions, timeout=10)
         if len(ends) < len(partitions):
             return False
         deadline = time.monotonic() + 10

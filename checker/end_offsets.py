@@ -1,0 +1,64 @@
+"""The end offsets of the half partitions a checker reads to their end before it writes a COMMIT.
+
+Asked of the admin client first (one ListOffsets request per leader). A partition it cannot
+answer for is asked of the checker's own consumer, one partition at a time: on a three-broker
+cluster whose leaders moved under kill -9, librdkafka's admin client kept answering
+``FENCED_LEADER_EPOCH`` ("Leader epoch is older than broker epoch") for 15 minutes - its cached
+leader epoch was never refreshed - and a checker that asked it alone never applied its answers,
+leaving transactions whose op was lost undelivered (docs/clusters.md). The consumer's metadata
+follows leadership changes, as the relay's watermark queries show.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+
+from outbox.logs import fields
+
+log = logging.getLogger("checker")
+
+
+def end_offsets(
+    admin: AdminClient | None,
+    consumer: Consumer,
+    topic: str,
+    partitions: set[int],
+    timeout: float,
+) -> dict[int, int]:
+    """High-watermarks of ``partitions`` of ``topic``; a partition neither client could answer
+    for is left out (its caller treats it as not read to its end, and asks again next round)."""
+    if admin is None:
+        return {}  # the session has ended (its consumer is closing too)
+    ends: dict[int, int] = {}
+    request = {
+        TopicPartition(topic, p): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        for p in sorted(partitions)
+    }
+    futures = admin.list_offsets(
+        request, isolation_level=IsolationLevel.READ_UNCOMMITTED, request_timeout=timeout
+    )
+    for tp, future in futures.items():
+        try:
+            ends[tp.partition] = int(future.result().offset)
+        except KafkaException as err:  # the consumer is asked below
+            log.debug("admin: end offset of %s [%d] not known: %s", topic, tp.partition, err)
+    admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
+    for p in sorted(partitions - ends.keys()):
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, p), timeout=timeout, cached=False
+            )
+        except KafkaException as err:
+            log.warning(
+                "end offset of %s [%d] not known: %s",
+                topic,
+                p,
+                err,
+                extra=fields(topic=topic, partition=p),
+            )
+            continue
+        ends[p] = int(high)
+    return ends
