@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from dataclasses import dataclass, field
 
 import sqlalchemy as sa
@@ -40,6 +41,14 @@ class Seeded:
     group: str
     expected: dict[str, set[str]] = field(default_factory=dict)
     clean: set[str] = field(default_factory=set)
+    #: The transactions planted for the findings, by name (the keys of ``a`` below, and
+    #: ``early`` / ``late``, the same-key pair), for tests that check every column.
+    planted: dict[str, StreamTxn] = field(default_factory=dict)
+    #: The unreadable records' transaction ids: ``future_half``, ``future_op``.
+    unreadable_ids: dict[str, str] = field(default_factory=dict)
+    #: Unix ms before the first record and after the last record and evidence row.
+    began_ms: int = 0
+    ended_ms: int = 0
 
 
 def fresh_database(postgres_url: str, revision: str = "heads") -> str:
@@ -85,6 +94,7 @@ def seed(bootstrap: str, postgres_url: str) -> Seeded:
     group = unique("shop")
     w = StreamWriter(bootstrap, prefix=unique("__outbox-audit"), partitions=3, group=group)
     seeded = Seeded(w.topics.prefix, [orders, payments], fresh_database(postgres_url), group)
+    seeded.began_ms = int(time.time() * 1000)
     evidence: list[tuple[str, str, str]] = []
 
     def txn(n: int = 1, key: bytes | None = None, topic: str = orders) -> StreamTxn:
@@ -207,6 +217,9 @@ def seed(bootstrap: str, postgres_url: str) -> Seeded:
     for t in declined:
         evidence.append((t.txn_id, "fence", group))
     add_evidence(seeded.evidence_url, evidence)
+    seeded.ended_ms = int(time.time() * 1000)
+    seeded.planted = {**a, "early": early, "late": late}
+    seeded.unreadable_ids = {"future_half": future_half, "future_op": future_op}
 
     seeded.expected = {
         "lost": {a["lost"].txn_id},
