@@ -15,9 +15,7 @@ source support needs a distributed worker).
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -30,6 +28,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
+from outbox.testing import stopping
 from outbox.testing.ports import free_port
 from outbox.testing.service import ServiceStartError
 from outbox.testing.settings import HarnessSettings
@@ -254,18 +253,10 @@ class ConnectWorker:
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (the worker commits its offsets and stops the task); SIGKILL after
         ``timeout``."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        stopping.stop(self.proc, timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stopping.kill(self.proc)
 
     def close(self) -> None:
         """Stop the worker, drop its slot, remove its folder."""

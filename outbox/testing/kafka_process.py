@@ -7,14 +7,13 @@ spelled as Java main classes, so no download site is needed.
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from importlib import resources
 from pathlib import Path
 
+from outbox.testing import stopping
 from outbox.testing.ports import free_port
 from outbox.testing.readiness import wait_for_kafka
 from outbox.testing.service import RunningService, ServiceStartError
@@ -140,18 +139,10 @@ class KafkaProcess:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM and wait for a clean shutdown; SIGKILL when it takes too long."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        stopping.stop(self.proc, timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stopping.kill(self.proc)
 
     def restart(self) -> None:
         self.stop()

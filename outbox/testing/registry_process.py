@@ -11,13 +11,12 @@ runs Kafka: a container engine would add only start-up time.
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
-import signal
 import subprocess
 import tempfile
 from pathlib import Path
 
+from outbox.testing import stopping
 from outbox.testing.ports import free_port
 from outbox.testing.readiness import wait_for_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
@@ -86,18 +85,10 @@ class RegistryProcess:
 
     def stop(self, timeout: float = 20.0) -> None:
         """SIGTERM and wait; SIGKILL when it takes too long."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        stopping.stop(self.proc, timeout)
 
     def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        stopping.kill(self.proc)
 
     def logs(self, tail: int | None = None) -> str:
         text = self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
