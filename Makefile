@@ -7,15 +7,15 @@ CACHE := $(CURDIR)/.cache
 MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
 export OUTBOX_CACHE_DIR := $(CACHE)
 
-.PHONY: help setup system venv jars demo test test-broker test-cluster test-unit lint fmt constraints clean image bench bench-quick bench-audit
+.PHONY: help setup system venv jars demo test test-broker test-cluster test-cluster-newest test-unit lint fmt constraints clean image bench bench-quick bench-audit
 
 help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
-	@echo "make test-cluster - three-broker Kafka clusters under broker failures, pinned and newest Kafka (.ci/run runs them)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
+	@echo "make test-cluster-newest - the three-broker fault test on the newest Kafka release"
 	@echo "make bench     - ours vs commit-then-publish vs table outbox vs Debezium, with ceilings (~1 h; updates README)"
 	@echo "make bench-quick - a smoke run of every benchmark scenario (minutes; figures are not results)"
 	@echo "make bench-audit - the Spark audit of 1,000,000 generated transactions on local[2] (~15 min)"
@@ -73,7 +73,12 @@ test-broker: setup
 # Connect with Debezium): they do not fit make test's 30 minutes on the 2-core CI machine;
 # .ci/run runs them. -rA prints each test's figures (recovery times) in the summary.
 test-cluster: setup
-	$(BIN)/pytest -m cluster -rA
+	$(BIN)/pytest -m cluster -k "not newest" -rA
+
+# The three-broker fault test on the newest Kafka release (README "Broker versions"): before
+# the pinned version moves up. Not in .ci/run, whose 90 minutes do not hold both releases.
+test-cluster-newest: setup
+	$(BIN)/pytest -m cluster -k newest -rA
 
 test-unit: venv
 	$(BIN)/pytest -m "not integration"
