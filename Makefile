@@ -7,11 +7,13 @@ CACHE := $(CURDIR)/.cache
 MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
 export OUTBOX_CACHE_DIR := $(CACHE)
 
-.PHONY: help setup system venv jars demo test test-broker test-cluster test-cluster-newest test-unit lint fmt constraints clean image bench bench-quick bench-audit
+.PHONY: help setup system venv jars demo test test-processes test-scale test-broker test-cluster test-cluster-newest test-unit lint fmt constraints clean image bench bench-quick bench-audit
 
 help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the full suite on real Kafka, PostgreSQL, SQLite and Spark (sets itself up)"
+	@echo "make test-processes - tests that kill, freeze or stop OS processes: services, a broker, the demo, an example, a built package (.ci/run runs them)"
+	@echo "make test-scale - tests that push a bound to its extreme: 10,000 transactions end to end and audited, 1,000 parked (.ci/run runs them)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
@@ -61,7 +63,21 @@ demo: setup
 	$(BIN)/python examples/orders/demo.py
 
 test: setup
-	$(BIN)/pytest -m "not broker_guard and not cluster"
+	$(BIN)/pytest -m "not broker_guard and not cluster and not processes and not scale"
+
+# Tests that start, kill (-9), freeze or stop OS processes of their own: relays and checkers as
+# services, a producer killed around its commit, a broker stopped under a client, the demo, the
+# FastAPI example, the built wheel and image (~9 min). They do not fit make test's 30 minutes
+# on the 2-core CI machine beside the rest; .ci/run runs them.
+test-processes: setup
+	$(BIN)/pytest -m "processes and not broker_guard and not cluster"
+
+# Tests that push a bound to its extreme: 10,000 real transactions through producer, relay and
+# checker and then audited clean, a relay restarted in a stream of 10,000, 1,000 transactions
+# parked on one partition (~2.5 min); .ci/run runs them. (The 100,000-undecided memory test is
+# in test-processes: its relay is a process of its own.)
+test-scale: setup
+	$(BIN)/pytest -m "scale and not processes and not broker_guard and not cluster"
 
 # The pinned Kafka broker going down under transactions (README "Broker versions"): its marker
 # check and the relay across a broker restart (~3 min); .ci/run runs them too.

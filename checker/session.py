@@ -153,10 +153,18 @@ class Session:
             # methods), which only the cyclic collector frees, some time later: until then the
             # admin client would stay connected and log a stopped broker's refused reconnects.
             self.admin = None
-            self.writer.close()
-            self.consumer.close()
-            self.instances.close()
-            self.fetcher.close()
+            # Each client is closed whatever the one before it raised (a consumer's close can
+            # fail on a group it lost): one skipped would stay connected until the collector.
+            for close in (
+                self.writer.close,
+                self.consumer.close,
+                self.instances.close,
+                self.fetcher.close,
+            ):
+                try:
+                    close()
+                except KafkaException as err:
+                    log.warning("closing the session: %s", err)
 
     # -- assignment ------------------------------------------------------------------------
 

@@ -42,7 +42,9 @@ class Background:
 
     def __init__(self, service: Any) -> None:
         self.service = service
-        self.thread = threading.Thread(target=service.run, daemon=True)
+        self.thread = threading.Thread(
+            target=service.run, name=f"background-{type(service).__name__}", daemon=True
+        )
         self.thread.start()
 
     def stop(self) -> None:

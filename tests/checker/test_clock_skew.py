@@ -36,7 +36,7 @@ from tests.checker.test_checker import SECRET
 from tests.pipeline import ops_lost, pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 CHILD = Path(__file__).with_name("skewed_endpoint.py")
 SKEW_S = 600
 

@@ -5,8 +5,10 @@ admin client)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import re
+import threading
 import time
 
 import pytest
@@ -17,7 +19,7 @@ from outbox.testing import RunningService
 from tests.checker.test_checker import checker_and_relay, wait_for
 from tests.kafka_helpers import unique
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 def connections_to(port: int) -> int:
@@ -44,6 +46,22 @@ def connections_to(port: int) -> int:
     return found
 
 
+def still_alive() -> str:
+    """The librdkafka clients still alive in this process and what holds each (for a failure
+    message: which part did not let go)."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient
+
+    kinds = (Consumer, Producer, AdminClient)
+    lines = []
+    for obj in gc.get_objects():
+        if isinstance(obj, kinds):
+            holders = [type(r).__name__ for r in gc.get_referrers(obj) if r is not gc.garbage]
+            lines.append(f"{type(obj).__name__} held by {holders}")
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    return f"clients alive: {lines}; threads: {threads}"
+
+
 def test_a_closed_checker_relay_producer_and_heartbeat_leave_no_kafka_connection_open(
     doomed_kafka: RunningService, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -60,17 +78,21 @@ def test_a_closed_checker_relay_producer_and_heartbeat_leave_no_kafka_connection
     # checker (its session up: partitions assigned and read) and a relay
     producer = OutboxProducer(settings)
     heartbeat = Heartbeat(settings, "http://127.0.0.1:1/", version="test")
+    before = set(threading.enumerate())
     with checker_and_relay(bootstrap, settings.topic_prefix) as checker:
         wait_for(lambda: checker.ready()[0])
         assert connections_to(port) > 0
+        started = set(threading.enumerate()) - before
+    # (their run() returned: a service still running holds its clients)
+    assert [t.name for t in started if t.is_alive() and t.name.startswith("background-")] == []
     # When they are closed, as the demo closes them before it stops the broker
     heartbeat.close()
     producer.close()
     # Then none of their clients is connected any more
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while connections_to(port) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert connections_to(port) == 0
+    assert connections_to(port) == 0, still_alive()
     # And once the broker stops, nothing of theirs says so on stderr
     doomed_kafka.stop()
     time.sleep(2)

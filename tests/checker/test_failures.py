@@ -108,6 +108,7 @@ def write_halves(
     return [offsets[index] for index in messages]
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("moment", ["after-commit", "before-commit"])
 def test_producer_killed_around_its_commit_is_resolved_by_the_checker(
     kafka_bootstrap: str,
@@ -550,6 +551,7 @@ def test_a_give_up_the_op_topic_refuses_is_repeated_without_copying_its_records_
         running.stop()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize("replaced", [True, False], ids=["replaced", "gone"])
 def test_a_sigkilled_instance_of_a_group_is_failed_over_or_its_group_given_up_after_the_ttl(
     kafka_bootstrap: str,

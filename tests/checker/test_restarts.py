@@ -30,7 +30,7 @@ from tests.checker.test_checker import SECRET, wait_for
 from tests.kafka_helpers import unique
 from tests.producer_fixtures import Topics
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 class Counting:

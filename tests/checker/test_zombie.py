@@ -27,7 +27,7 @@ from tests.kafka_helpers import unique
 from tests.producer_fixtures import Topics
 from tests.relay.test_relay import read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 class Answers:

@@ -25,7 +25,7 @@ from tests.deploy.conftest import REPORT
 from tests.kafka_helpers import create_topic, unique
 from tests.outbox_cli.records import read_messages
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 CHECKOUT = Path(__file__).resolve().parents[2]
 SECRET = "image-test-secret"
 

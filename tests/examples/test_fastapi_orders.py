@@ -38,7 +38,7 @@ from tests.pipeline import pipeline
 from tests.producer_fixtures import Topics
 from tests.relay.test_relay import read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "fastapi_orders"
 ORDERS = 300

@@ -215,6 +215,7 @@ def test_each_form_given_the_other_forms_session_fails_at_once_naming_the_right_
     assert order_ids(engine) == rows_before
 
 
+@pytest.mark.processes
 def test_the_event_loop_keeps_turning_while_sends_wait_on_a_stopped_broker(
     doomed_kafka: RunningService, sqlite_url: str
 ) -> None:

@@ -14,7 +14,7 @@ from outbox import OutboxProducer, OutboxSettings, ensure_topics
 from outbox.testing import RunningService
 from tests.producer_fixtures import evidence_ids, order_ids, orders
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 def test_half_send_failure_with_the_broker_stopped_runs_no_local_transaction(

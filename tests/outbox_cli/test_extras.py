@@ -17,6 +17,7 @@ from tests.outbox_cli.conftest import KEEP, Cli
 from tests.outbox_cli.records import Writer
 
 
+@pytest.mark.processes
 @pytest.mark.integration
 def test_demo_runs_make_demo_s_driver_end_to_end_and_its_verdict_is_its_last_line() -> None:
     # In a process of its own, as a terminal shows it: stdout and stderr in one stream, in order,

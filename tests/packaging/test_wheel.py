@@ -16,7 +16,7 @@ import pytest
 
 from tests.docs.test_readme import run_quickstart
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from tests.kafka_helpers import unique
 from tests.relay.harness import GRACE_S, Load, RelayProcess, Watcher, check_exactly_once, wait_for
 from tests.relay.test_relay import read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.processes]
 
 
 def final_read(bootstrap: str, topic: str) -> tuple[Counter[tuple[str, int]], dict]:

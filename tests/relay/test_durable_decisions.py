@@ -32,6 +32,7 @@ def promoted(bootstrap: str, topic: str) -> Counter[tuple[str, int]]:
     return seen
 
 
+@pytest.mark.scale
 def test_a_thousand_parked_transactions_on_one_partition_hold_back_nothing_else(
     kafka_bootstrap: str,
 ) -> None:

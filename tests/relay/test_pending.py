@@ -239,6 +239,7 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+@pytest.mark.processes
 def test_memory_stays_under_the_cap_with_100000_undecided_transactions(
     kafka_bootstrap: str, tmp_path: Path
 ) -> None:

@@ -357,6 +357,7 @@ def test_an_idle_partition_does_not_pin_its_committed_offset_behind_an_undecided
         relay.stop()
 
 
+@pytest.mark.scale
 @pytest.mark.parametrize("transactions", [10_000])
 def test_relay_restarted_mid_stream_loses_no_committed_message(
     kafka_bootstrap: str, stream: Stream, relay_settings: RelaySettings, transactions: int

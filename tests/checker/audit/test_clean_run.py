@@ -30,7 +30,7 @@ from tests.kafka_helpers import create_topic, unique
 from tests.producer_fixtures import orders, orders_metadata
 from tests.relay.test_relay import read_topic
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.scale]
 
 TRANSACTIONS = 10_000
 SECRET = "audit-clean-run-secret"
