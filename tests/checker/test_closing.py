@@ -12,6 +12,8 @@ import threading
 import time
 
 import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from outbox import OutboxProducer, OutboxSettings, ensure_topics
 from outbox.registry import Heartbeat
@@ -49,14 +51,11 @@ def connections_to(port: int) -> int:
 def still_alive() -> str:
     """The librdkafka clients still alive in this process and what holds each (for a failure
     message: which part did not let go)."""
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.admin import AdminClient
-
-    kinds = (Consumer, Producer, AdminClient)
+    scanned = gc.get_objects()
     lines = []
-    for obj in gc.get_objects():
-        if isinstance(obj, kinds):
-            holders = [type(r).__name__ for r in gc.get_referrers(obj) if r is not gc.garbage]
+    for obj in scanned:
+        if isinstance(obj, (Consumer, Producer, AdminClient)):
+            holders = [type(r).__name__ for r in gc.get_referrers(obj) if r is not scanned]
             lines.append(f"{type(obj).__name__} held by {holders}")
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     return f"clients alive: {lines}; threads: {threads}"
