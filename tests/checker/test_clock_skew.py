@@ -88,6 +88,46 @@ def skewed_endpoint(
         child.wait(30)
 
 
+ON_TIME = """
+import json, sys, time, uuid
+from confluent_kafka import Producer
+producer = Producer({"bootstrap.servers": sys.argv[1]})
+started = time.monotonic()
+producer.poll(0.5)
+polled = time.monotonic() - started
+delivered = []
+topic = f"skewed-{uuid.uuid4().hex}"  # new: its metadata is fetched again until it is created
+producer.produce(topic, b"x", on_delivery=lambda err, _: delivered.append(str(err)))
+started = time.monotonic()
+producer.flush(30)
+print(json.dumps([polled, delivered, time.monotonic() - started]), flush=True)
+"""
+
+
+def test_a_kafka_client_on_the_skewed_clock_keeps_its_timeouts(
+    kafka_bootstrap: str, skewed_clock: Path
+) -> None:
+    """The shim models a host whose clock is wrong, not a process whose waits are: librdkafka
+    waits until wall-clock deadlines, which a real host's kernel reads from the same wrong
+    clock. Before the shim took the skew off those deadlines, ``poll(0.5)`` took 10 minutes and
+    a message to a new topic stayed undelivered, so the endpoint's heartbeat could go unseen."""
+    env = {**os.environ, "LD_PRELOAD": str(skewed_clock), "SKEWED_CLOCK_SECONDS": str(SKEW_S)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", ON_TIME, kafka_bootstrap],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("a Kafka client under the skewed clock stalled for 90 s", pytrace=False)
+    assert done.returncode == 0, done.stderr
+    polled, delivered, flushed = json.loads(done.stdout)
+    assert polled < 5, done.stdout  # poll(0.5) returns after about half a second
+    assert delivered == ["None"] and flushed < 30, done.stdout
+
+
 def test_a_producer_whose_clock_is_ten_minutes_off_has_its_transactions_resolved(
     kafka_bootstrap: str,
     producer: OutboxProducer,
