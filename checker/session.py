@@ -34,6 +34,7 @@ from checker.settings import CheckerSettings
 from checker.tracing import written
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
+from outbox.closing import close_each
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
@@ -153,18 +154,10 @@ class Session:
             # methods), which only the cyclic collector frees, some time later: until then the
             # admin client would stay connected and log a stopped broker's refused reconnects.
             self.admin = None
-            # Each client is closed whatever the one before it raised (a consumer's close can
-            # fail on a group it lost): one skipped would stay connected until the collector.
-            for close in (
-                self.writer.close,
-                self.consumer.close,
-                self.instances.close,
-                self.fetcher.close,
-            ):
-                try:
-                    close()
-                except KafkaException as err:
-                    log.warning("closing the session: %s", err)
+            close_each(
+                (self.writer.close, self.consumer.close, self.instances.close, self.fetcher.close),
+                log,
+            )
 
     # -- assignment ------------------------------------------------------------------------
 

@@ -13,9 +13,10 @@ import logging
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, Producer
 from prometheus_client import Histogram
 
+from outbox.closing import close_each
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
 from outbox.service_health import Health
@@ -127,13 +128,9 @@ class Session:
         finally:
             rebalance.close()
             self.flow_control.clear()
-            if consumer is not None:
-                try:
-                    consumer.close()
-                except KafkaException as err:
-                    log.warning("consumer close: %s", err)
-            history.close()
-            fetcher.close()
+            close_each(
+                (None if consumer is None else consumer.close, history.close, fetcher.close), log
+            )
             # the producer's librdkafka handle goes with the object
 
     def _loop(
