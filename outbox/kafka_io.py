@@ -1,16 +1,16 @@
 """The producer's Kafka side: half records sent and awaited, op records sent best-effort
 (:mod:`outbox.op_writer`).
 
-Two librdkafka producers (idempotent, ``acks=all``) serve every thread: one for half records,
-which a sender waits for (``linger.ms`` 1: no wait for company), and one for op records, which
-nobody waits for by default and which wait ``op_linger_ms`` to share a request with other
-threads' ops. The asyncio forms (:meth:`KafkaIO.send_halves_async`) produce the same way and
-await their acknowledgement as a future, resolved from the delivery callback's thread with
-``loop.call_soon_threadsafe``: librdkafka's ``produce()`` only enqueues, so nothing here blocks
-an event loop. A Kafka request costs the process some 350 us of CPU (a third of a small
-transaction's SQL through SQLAlchemy), so under load fewer requests leave more of the core to
-the transactions. A background thread per producer serves delivery callbacks, so a
-sender waits only for its own records, not for everybody's (``flush()`` would).
+Two librdkafka producers (idempotent, ``acks=all``) serve every thread: one for half records, which
+a sender waits for (``linger.ms`` 1: no wait for company), and one for op records, which nobody
+waits for by default (``op_linger_ms``, 0 by default: they go out at once, and batch behind the
+requests in flight under load). The asyncio forms (:meth:`KafkaIO.send_halves_async`) produce the
+same way and await their acknowledgement as a future, resolved from the delivery callback's thread
+with ``loop.call_soon_threadsafe``: librdkafka's ``produce()`` only enqueues, so nothing here
+blocks an event loop. A Kafka request costs the process some 350 us of CPU (a third of a small
+transaction's SQL through SQLAlchemy), so under load fewer requests leave more of the core to the
+transactions. A background thread per producer serves delivery callbacks, so a sender waits only
+for its own records, not for everybody's (``flush()`` would).
 
 Each half send attempt is measured from its records handed to librdkafka to their
 acknowledgement, and each failed one counted by its reason, when the producer has metrics

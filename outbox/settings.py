@@ -67,11 +67,13 @@ class OutboxSettings:
             leaving the decision to the checker. Defaults to 5 s.
         op_linger_ms: how long an op record waits to share a Kafka request with other
             threads' ops (librdkafka's ``linger.ms`` of the op producer; half records, which
-            a transaction waits for, keep 1 ms). Defaults to 5 ms: a Kafka request costs the
-            process some 350 us of CPU, and under load fewer requests mean more transactions
-            per core (16 threads on PostgreSQL in the benchmark: 290 -> 317 txn/s). It adds
-            at most that much to the time a committed message takes to reach its real topic.
-            Env: ``OUTBOX_OP_LINGER_MS``.
+            a transaction waits for, keep 1 ms). Defaults to 0: an op goes out at once, and
+            ops still batch under load, queued behind the requests in flight. It adds up to
+            that much to the time a committed message takes to reach its real topic: with 5
+            ms, interleaved runs on one broker measured end-to-end p50 5-6 ms higher at 100
+            and 400 txn/s and no more transactions per second at 16 threads (0.94x-1.0x of
+            0's; docs/benchmarks.md). Raise it where the broker's request rate matters more
+            than latency. Env: ``OUTBOX_OP_LINGER_MS``.
         half_schema_version: the version of the half records' headers this producer writes.
             Defaults to 2 (one packed ``outbox-half`` header). Set 1 while a relay, checker,
             audit or CLI older than version 2 still reads the topics (they read version 1
@@ -111,7 +113,7 @@ class OutboxSettings:
     send_attempts: int = 3
     wait_for_op: bool = False
     op_timeout_s: float = 5.0
-    op_linger_ms: float = 5.0
+    op_linger_ms: float = 0.0
     half_schema_version: int = HALF_SCHEMA_VERSION
     check_secret: str | None = field(default=None, repr=False)
     check_previous_secret: str | None = field(default=None, repr=False)

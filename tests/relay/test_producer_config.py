@@ -23,3 +23,10 @@ def test_a_users_kafka_settings_override_the_back_off_but_not_the_transactional_
     config = producer_config(overridden)
     assert config["retry.backoff.ms"] == 50
     assert config["transactional.id"] == overridden.transactional_id
+
+
+def test_a_users_kafka_settings_override_the_batching() -> None:
+    config = producer_config(settings(**{"linger.ms": 0, "batch.num.messages": 500}))
+    assert (config["linger.ms"], config["batch.num.messages"]) == (0, 500)
+    assert producer_config(settings())["linger.ms"] == 5
+    Producer(config).flush(0)
