@@ -19,6 +19,7 @@ from prometheus_client import Histogram
 from outbox.closing import close_each
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
+from outbox.reading import consume_ready
 from outbox.service_health import Health
 from relay.accounting import Accounting
 from relay.batch import BatchCommitter
@@ -142,7 +143,7 @@ class Session:
         read = 0
         while not self.closed.is_set():
             self.health.touch()
-            messages = consumer.consume(settings.batch_max_records, settings.poll_timeout_s)
+            messages = consume_ready(consumer, settings.batch_max_records, settings.poll_timeout_s)
             if rebalance.callback_error is not None:
                 err, rebalance.callback_error = rebalance.callback_error, None
                 raise Restart(f"cannot take the assigned partitions: {err}") from err

@@ -37,8 +37,9 @@ class RelaySettings:
             ``batch_max_records`` records (nothing more is waiting) instead of waiting out
             ``commit_interval_s``: under a light load a promotion then waits for one poll, not
             for the interval; under a backlog batches stay full. Defaults to on.
-        poll_timeout_s: how long one poll waits for records (a poll returns early only with
-            ``batch_max_records`` of them, so this adds to the latency). Defaults to 0.01 s.
+        poll_timeout_s: how long one poll waits for a first record when none has arrived (it
+            returns what has arrived at once: :func:`outbox.reading.consume_ready`). Defaults
+            to 0.01 s.
         transaction_timeout_s: Kafka's ``transaction.timeout.ms``: how long a crashed
             instance's open Kafka transaction can hold back read_committed readers. Defaults to
             10 s.
