@@ -35,7 +35,7 @@ class Deduplicator:
     ::
 
         dedup = Deduplicator(window=100_000)
-        for msg in consumer.consume(500, 1.0):
+        for msg in consume_ready(consumer, 500, 1.0):  # outbox.reading
             if dedup.first_time(msg.headers()):
                 handle(msg)
     """

@@ -392,7 +392,7 @@ def consuming(
 
     ::
 
-        for msg in consumer.consume(100, 1.0):
+        for msg in consume_ready(consumer, 100, 1.0):  # outbox.reading
             with outbox.tracing.consuming(msg, consumer_group="billing"):
                 handle(msg)
 
