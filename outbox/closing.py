@@ -21,7 +21,7 @@ def close_each(closers: Iterable[Callable[[], object] | None], log: logging.Logg
     it is logged and the next closer runs. Anything else is a bug, not a broker's state: the
     rest are still closed, then the first such error is raised.
     """
-    failed: BaseException | None = None
+    failed: Exception | None = None
     for close in closers:
         if close is None:
             continue

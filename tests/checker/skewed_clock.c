@@ -55,10 +55,10 @@ time_t time(time_t *out) {
     return now.tv_sec;
 }
 
-/* A realtime deadline read from the shifted clock, on the kernel's clock. */
-static struct timespec unskewed(const struct timespec *deadline) {
+/* A deadline on the kernel's clock: the skew taken off one read from the shifted wall clock. */
+static struct timespec on_kernel_clock(const struct timespec *deadline, int from_wall_clock) {
     struct timespec real = *deadline;
-    real.tv_sec -= skew();
+    if (from_wall_clock) real.tv_sec -= skew();
     return real;
 }
 
@@ -78,61 +78,52 @@ static int read_from_wall_clock(const struct timespec *deadline) {
 int pthread_cond_timedwait(pthread_cond_t *cond, pthread_mutex_t *mutex,
                            const struct timespec *deadline) {
     REAL(pthread_cond_timedwait);
-    if (read_from_wall_clock(deadline)) {
-        struct timespec real = unskewed(deadline);
-        return real_pthread_cond_timedwait(cond, mutex, &real);
-    }
-    return real_pthread_cond_timedwait(cond, mutex, deadline);
+    struct timespec real = on_kernel_clock(deadline, read_from_wall_clock(deadline));
+    return real_pthread_cond_timedwait(cond, mutex, &real);
 }
 
 int pthread_cond_clockwait(pthread_cond_t *cond, pthread_mutex_t *mutex, clockid_t id,
                            const struct timespec *deadline) {
     REAL(pthread_cond_clockwait);
-    if (is_realtime(id)) {
-        struct timespec real = unskewed(deadline);
-        return real_pthread_cond_clockwait(cond, mutex, id, &real);
-    }
-    return real_pthread_cond_clockwait(cond, mutex, id, deadline);
+    struct timespec real = on_kernel_clock(deadline, is_realtime(id));
+    return real_pthread_cond_clockwait(cond, mutex, id, &real);
 }
 
-/* C11's condition variables (librdkafka's) wait on TIME_UTC, the wall clock. */
+/* C11's condition variables (librdkafka's) wait on TIME_UTC, the wall clock; so do the rest. */
 int cnd_timedwait(cnd_t *cond, mtx_t *mutex, const struct timespec *deadline) {
     REAL(cnd_timedwait);
-    struct timespec real = unskewed(deadline);
+    struct timespec real = on_kernel_clock(deadline, 1);
     return real_cnd_timedwait(cond, mutex, &real);
 }
 
 int mtx_timedlock(mtx_t *mutex, const struct timespec *deadline) {
     REAL(mtx_timedlock);
-    struct timespec real = unskewed(deadline);
+    struct timespec real = on_kernel_clock(deadline, 1);
     return real_mtx_timedlock(mutex, &real);
 }
 
 int sem_timedwait(sem_t *sem, const struct timespec *deadline) {
     REAL(sem_timedwait);
-    struct timespec real = unskewed(deadline);
+    struct timespec real = on_kernel_clock(deadline, 1);
     return real_sem_timedwait(sem, &real);
-}
-
-int sem_clockwait(sem_t *sem, clockid_t id, const struct timespec *deadline) {
-    REAL(sem_clockwait);
-    if (!is_realtime(id)) return real_sem_clockwait(sem, id, deadline);
-    struct timespec real = unskewed(deadline);
-    return real_sem_clockwait(sem, id, &real);
 }
 
 int pthread_mutex_timedlock(pthread_mutex_t *mutex, const struct timespec *deadline) {
     REAL(pthread_mutex_timedlock);
-    struct timespec real = unskewed(deadline);
+    struct timespec real = on_kernel_clock(deadline, 1);
     return real_pthread_mutex_timedlock(mutex, &real);
+}
+
+int sem_clockwait(sem_t *sem, clockid_t id, const struct timespec *deadline) {
+    REAL(sem_clockwait);
+    struct timespec real = on_kernel_clock(deadline, is_realtime(id));
+    return real_sem_clockwait(sem, id, &real);
 }
 
 int clock_nanosleep(clockid_t id, int flags, const struct timespec *request,
                     struct timespec *remain) {
     REAL(clock_nanosleep);
-    if (request && (flags & TIMER_ABSTIME) && is_realtime(id)) {
-        struct timespec real = unskewed(request);
-        return real_clock_nanosleep(id, flags, &real, remain);
-    }
-    return real_clock_nanosleep(id, flags, request, remain);
+    if (!(flags & TIMER_ABSTIME)) return real_clock_nanosleep(id, flags, request, remain);
+    struct timespec real = on_kernel_clock(request, is_realtime(id));
+    return real_clock_nanosleep(id, flags, &real, remain);
 }
