@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from outbox.errors import ConfigurationError
 from outbox.reading import consume_ready
 from tests.kafka_helpers import create_topic, unique
 
@@ -74,3 +75,26 @@ def test_at_most_the_batch_and_nothing_when_nothing_arrives(
     assert read == [b"%d" % i for i in range(5)]
     values, took = _timed(consumer, 2000, 0.5)
     assert values == [] and took >= 0.4  # waited for a first record that never came
+
+
+def test_thousands_waiting_come_in_batches_of_at_most_most_in_order(
+    kafka_bootstrap: str, topic: str, consumer: Consumer
+) -> None:
+    produce(kafka_bootstrap, topic, 5000)
+    read: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(read) < 5000 and time.monotonic() < deadline:
+        values, _ = _timed(consumer, 1000, 5.0)
+        assert len(values) <= 1000
+        read += values
+    assert read == [b"%d" % i for i in range(5000)]
+
+
+@pytest.mark.parametrize("most", [0, -1, 1_000_001])
+def test_a_batch_size_out_of_bounds_is_refused_by_name(most: int) -> None:
+    consumer = Consumer({"bootstrap.servers": "127.0.0.1:1", "group.id": unique("reading")})
+    try:
+        with pytest.raises(ConfigurationError, match=rf"most={most} must be between 1 and"):
+            consume_ready(consumer, most, 0.1)
+    finally:
+        consumer.close()
