@@ -10,6 +10,7 @@ from typing import Any
 from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.topics import DEFAULT_PREFIX, TopicNames
+from outbox.reading import MOST
 from outbox.settings import variable
 
 ENV_PREFIX = "OUTBOX_RELAY_"
@@ -30,8 +31,8 @@ class RelaySettings:
             ``{group_id}-{instance_id}``, so a restarted instance fences its own unfinished
             Kafka transaction at once. Use the pod name of a StatefulSet, or leave the default
             (the host name) with one instance per host.
-        batch_max_records: records read before a Kafka transaction is committed. Defaults to
-            5000.
+        batch_max_records: records read before a Kafka transaction is committed, 1 to
+            1,000,000 (one batch is one read). Defaults to 5000.
         commit_interval_s: longest time between two Kafka transactions. Defaults to 0.05 s.
         commit_when_caught_up: commit as soon as a poll comes back with fewer than
             ``batch_max_records`` records (nothing more is waiting) instead of waiting out
@@ -113,6 +114,12 @@ class RelaySettings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
+        if self.batch_max_records > MOST:
+            # One batch is one consume(); confluent-kafka refuses more, and would say so only at
+            # the first poll of a relay that otherwise looked started.
+            raise ConfigurationError(
+                f"batch_max_records={self.batch_max_records!r} must be at most {MOST:,}"
+            )
         for name in (
             "commit_interval_s",
             "poll_timeout_s",

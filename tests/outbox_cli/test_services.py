@@ -145,6 +145,11 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
             {"OUTBOX_RELAY_BATCH_MAX_RECORDS": "0"},
             "batch_max_records=0 must be at least 1",
         ),
+        (
+            "relay",
+            {"OUTBOX_RELAY_BATCH_MAX_RECORDS": "1000001"},
+            "batch_max_records=1000001 must be at most 1,000,000",
+        ),
         ("relay", {"OUTBOX_RELAY_HTTP_PORT": "http"}, "OUTBOX_RELAY_HTTP_PORT='http' is not"),
         ("checker", {}, "set OUTBOX_CHECK_SECRET"),
         ("checker", {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CHECK_MAX": "x"}, "CHECK_MAX"),
