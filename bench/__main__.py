@@ -71,6 +71,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--workers", help="producer-path thread counts, comma-separated (default 1,4,16)")
     add("--messages", help="producer-path messages per transaction (default 1,10)")
     add("--loads", help="end-to-end offered loads, txn/s (default 100,400,1000,5000)")
+    add("--e2e-processes", type=int, help="end-to-end generator processes (default 2)")
     add("--relay-records", type=int, help="transactions preloaded per relay run (default 100,000)")
     add("--checker-txns", type=int, help="transactions for the checker (default 10,000)")
     add("--audit-txns", type=int, help="transactions the audit reads (default 1,000,000)")
@@ -117,7 +118,7 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
     for name in ("workers", "messages", "loads"):
         if getattr(args, name):
             changes[name] = tuple(int(v) for v in _names(getattr(args, name)))
-    for name in ("relay_records", "checker_txns", "audit_txns"):
+    for name in ("relay_records", "checker_txns", "audit_txns", "e2e_processes"):
         if getattr(args, name) is not None:
             changes[name] = getattr(args, name)
     if args.poll_interval is not None:

@@ -38,7 +38,11 @@ class BenchConfig:
         loads: end-to-end offered loads, transactions/s. Defaults to 100, 400, 1,000, 5,000
             (400: about the highest both ours and baseline B sustain on 2 cores; issue 30
             compares their p99 at the highest load both sustain).
-        e2e_workers: threads that run the end-to-end transactions. Defaults to 48.
+        e2e_workers: threads that run the end-to-end transactions, shared out among the
+            generator processes. Defaults to 48.
+        e2e_processes: end-to-end generator processes, each with its own engine and producer
+            and an equal share of the offered rate (one interpreter cannot issue ours' 1,000
+            txn/s). Defaults to 2.
         e2e_databases: end-to-end databases. Defaults to both.
         checker_txns: transactions left without an op for the checker. Defaults to 10,000.
         audit_txns: transactions the audit reads. Defaults to 1,000,000.
@@ -65,6 +69,7 @@ class BenchConfig:
     relay_records: int = 100_000
     loads: tuple[int, ...] = (100, 400, 1_000, 5_000)
     e2e_workers: int = 48
+    e2e_processes: int = 2
     e2e_databases: tuple[str, ...] = ("postgresql", "sqlite")
     checker_txns: int = 10_000
     audit_txns: int = 1_000_000
@@ -85,6 +90,11 @@ class BenchConfig:
             bad = sorted(set(getattr(self, name)) - set(allowed))
             if bad:
                 raise ValueError(f"{name}: unknown {bad}; choose from {', '.join(allowed)}")
+        if not 1 <= self.e2e_processes <= self.e2e_workers:
+            raise ValueError(
+                f"e2e_processes={self.e2e_processes!r} must be 1 to e2e_workers "
+                f"({self.e2e_workers}): each process needs a worker"
+            )
         if self.runs < 1 or self.seconds <= 0 or self.warmup_seconds < 0:
             raise ValueError("runs must be >= 1, seconds > 0 and warmup_seconds >= 0")
 

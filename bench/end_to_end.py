@@ -1,12 +1,13 @@
 """Scenario 3, end to end: commit-to-visible latency at a fixed offered load, ours vs B vs C.
 
-An open-loop scheduler issues transactions at the offered rate (whether or not earlier ones
-have finished) to a pool of worker threads; each transaction is the producer path's business
-write and one 1 KiB message carrying a ``bench-seq`` header. When its DB commit returns, the
-transaction's commit time is stamped (a SQLAlchemy ``after_commit`` hook, on the monotonic
-clock). One relay process (ours: ``python -m relay``; B: the polling relay at its default
-interval; C, PostgreSQL only: Debezium's connector on a Kafka Connect worker) promotes, and a
-``read_committed`` consumer in its own process stamps each record's arrival on the same
+An open-loop scheduler in each of several generator processes (bench/generator.py) issues its
+share of the offered rate (whether or not earlier transactions have finished) to its pool of
+worker threads; each transaction is the producer path's business write and one 1 KiB message
+carrying a ``bench-seq`` header. When its DB commit returns, the transaction's commit time is
+stamped (a SQLAlchemy ``after_commit`` hook, on the monotonic clock). One relay process (ours:
+``python -m relay``; B: the polling relay at its default interval; C, PostgreSQL only:
+Debezium's connector on a Kafka Connect worker) promotes, and a ``read_committed`` consumer in
+its own process stamps each record's arrival on the same
 machine-wide clock. Latency = arrival - commit.
 
 The rate the system really committed is reported beside the offered one: when it cannot keep
@@ -19,11 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
-import random
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from bench.config import BenchConfig
 from bench.cpu import CpuMeter
@@ -64,70 +61,26 @@ COLUMNS = {
 }
 
 
-def open_loop(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> dict[str, Any]:
-    """Issue ``rate`` transactions/s for ``seconds``; what was committed, and how fast.
-
-    The schedule is kept in time: when every worker is busy, the scheduler waits for one, and
-    what could not be issued by the end of the window is not issued at all (``shed``), so a
-    run lasts ``seconds`` (plus the transactions in flight) whatever the system sustains.
-    """
-    total = max(1, int(rate * seconds))
-    slots = threading.Semaphore(workers)
-    rng = random.Random(int(rate))
-    committed: list[str] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def task(customer: int) -> None:
-        try:
-            seq = pipeline.transaction(customer)
-            with lock:
-                committed.append(seq)
-        except Exception as err:
-            with lock:
-                errors.append(repr(err))
-        finally:
-            slots.release()
-
-    pool = ThreadPoolExecutor(workers, thread_name_prefix="bench-e2e")
-    start = time.perf_counter()
-    end = start + seconds
-    issued = 0
-    while issued < total and time.perf_counter() < end:
-        due = min(total, int((time.perf_counter() - start) * rate) + 1)
-        while issued < due:
-            if not slots.acquire(timeout=max(0.0, end - time.perf_counter())):
-                break
-            pool.submit(task, rng.randint(1, 100))
-            issued += 1
-        delay = start + issued / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-    pool.shutdown(wait=True)
-    elapsed = time.perf_counter() - start
-    return {"committed": committed, "errors": errors, "elapsed": elapsed, "shed": total - issued}
-
-
 def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> dict[str, float]:
     """One timed run: load, wait for the records to become visible, then the latencies."""
     before = pipeline.watcher.count
     meter = CpuMeter(pipeline.cpu_roles())
     meter.start()
-    load = open_loop(pipeline, rate, seconds, workers)
+    load = pipeline.generator.run(rate, seconds, workers)
     cores = meter.stop()
-    committed: list[str] = load["committed"]
+    committed = load.committed
     pipeline.watcher.wait_for(before + len(committed), timeout=60, stalled_after=20)
     snapshot = pipeline.watcher.snapshot()
     arrived, produced = snapshot.first_arrival(), snapshot.first_timestamp()
+    commits = load.commits
     latencies = [
-        (arrived[seq] - pipeline.commits[seq]) / 1e6
+        (arrived[seq] - commits[seq]) / 1e6
         for seq in committed
-        if seq in arrived and seq in pipeline.commits
+        if seq in arrived and seq in commits
     ]
     p50, p99 = percentiles(latencies, (50, 99))
     # record timestamps are wall clock, commits monotonic: one offset, read right after the run
     wall_ns = time.time_ns() - time.monotonic_ns()
-    commits = pipeline.commits
     to_relay = [
         produced[seq] - (commits[seq] + wall_ns) / 1e6
         for seq in committed
@@ -138,10 +91,10 @@ def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> di
         "p50_ms": p50,
         "p99_ms": p99,
         "max_ms": max(latencies, default=float("nan")),
-        "achieved_per_s": len(committed) / load["elapsed"],
+        "achieved_per_s": len(committed) / load.elapsed,
         "undelivered": float(len(committed) - len(latencies)),
-        "errors": float(len(load["errors"])),
-        "shed": float(load["shed"]),
+        "errors": float(len(load.errors)),
+        "shed": float(load.shed),
         "to_relay_p50_ms": r50,
         "to_relay_p99_ms": r99,
         **{f"cores_{role}": used for role, used in cores.items()},
@@ -198,7 +151,8 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
             finally:
                 pipeline.close()
     result.notes.append(
-        f"{config.e2e_workers} worker threads; {config.seconds:.0f} s per run; one relay process "
+        f"{config.e2e_workers} worker threads in {config.e2e_processes} generator processes; "
+        f"{config.seconds:.0f} s per run; one relay process "
         f"(ours: defaults; B: polling interval {config.poll_interval_s * 1000:.0f} ms, batches of "
         f"{config.b_batch}; C: Debezium's connector, poll.interval.ms "
         f"{config.poll_interval_s * 1000:.0f}, on PostgreSQL only, after "
@@ -206,7 +160,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         "'undelivered': committed but not visible within the drain time; "
         "'not issued': scheduled in the window while every worker was busy. "
         f"'busy cores': the machine's, of {os.cpu_count()}, while the load ran; the JSON splits "
-        "them into generator (this process, with SQLite), relay, broker and database, and gives "
+        "them into generator (its processes, with SQLite), relay, broker and database, and gives "
         "the time from DB commit to the relay's produce() (the record's timestamp; for C the "
         "time Debezium handled the change event). "
         f"Consumer: read_committed, {', '.join(config.e2e_consumer) or 'librdkafka defaults'}."
