@@ -193,7 +193,11 @@ def _serve(spec: GeneratorSpec, index: int, conn: Connection) -> None:
 
 
 class LoadGenerator:
-    """``processes`` generator processes sharing one offered rate and one worker budget."""
+    """``processes`` generator processes sharing one offered rate and one worker budget.
+
+    The processes are spawned, so a script that starts one runs its own code under
+    ``if __name__ == "__main__":`` (a spawned process imports the main module again).
+    """
 
     def __init__(self, spec: GeneratorSpec, processes: int) -> None:
         if processes < 1:

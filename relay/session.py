@@ -23,6 +23,7 @@ from outbox.reading import consume_ready
 from outbox.service_health import Health
 from relay.accounting import Accounting
 from relay.batch import BatchCommitter
+from relay.cadence import CommitCadence
 from relay.clients import admin_config, base_config, consumer_config, producer_config
 from relay.flow_control import FlowControl
 from relay.log_ends import LogEnds
@@ -139,27 +140,26 @@ class Session:
     ) -> None:
         settings = self.settings
         route = router.route
-        last = time.monotonic()
-        read = 0
+        op_topic = self.names.op
+        cadence = CommitCadence(settings, time.monotonic())
         while not self.closed.is_set():
             self.health.touch()
-            messages = consume_ready(consumer, settings.batch_max_records, settings.poll_timeout_s)
+            timeout = cadence.poll_timeout(time.monotonic())
+            messages = consume_ready(consumer, settings.batch_max_records, timeout)
             if rebalance.callback_error is not None:
                 err, rebalance.callback_error = rebalance.callback_error, None
                 raise Restart(f"cannot take the assigned partitions: {err}") from err
+            ops = 0
             for msg in messages:
                 route(msg)
-            read += len(messages)
+                if msg.topic() == op_topic:
+                    ops += 1
+            cadence.polled(len(messages), ops)
             self.flow_control.update(consumer, self.partitions.states)
             now = time.monotonic()
-            caught_up = read > 0 and len(messages) < settings.batch_max_records
-            if (
-                read >= settings.batch_max_records
-                or now - last >= settings.commit_interval_s
-                or (caught_up and settings.commit_when_caught_up)
-            ):
-                batches.commit()
-                last, read = time.monotonic(), 0
+            if cadence.due(now):
+                made = batches.commit()
+                cadence.committed(time.monotonic(), transaction=made)
             if now - self.accounting.lag_at >= LAG_EVERY_S:
                 self.accounting.measure_lag(consumer, now)
         batches.commit(timeout=settings.shutdown_grace_s)
