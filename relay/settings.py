@@ -44,9 +44,9 @@ class RelaySettings:
             meanwhile. Every Kafka transaction costs the broker about the same whatever it
             carries (coordinator writes, markers, the offsets), so this sets the broker's work
             under a light, steady load against the latency it adds (at most this long). 0
-            commits after every poll that read something. Defaults to 0.01 s (measured end to
-            end at 100 txn/s against 0: broker cores 0.30 against 0.36, p99 22 against 30 ms,
-            p50 10 against 5.5 ms; docs/benchmarks.md).
+            commits after every poll that read an op. Defaults to 0.01 s (measured end to end
+            at 100 txn/s against 0, medians of 4 runs: broker cores 0.31 against 0.38, p99 23
+            against 30 ms, p50 10 against 5.6 ms; docs/benchmarks.md).
         poll_timeout_s: how long one poll waits for a first record when none has arrived (it
             returns what has arrived at once: :func:`outbox.reading.consume_ready`). Defaults
             to 0.01 s.
