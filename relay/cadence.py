@@ -28,7 +28,8 @@ class CommitCadence:
         self.batch_max = settings.batch_max_records
         self.interval = settings.commit_interval_s
         self.when_caught_up = settings.commit_when_caught_up
-        self.spacing = settings.commit_spacing_s
+        # the interval commits anyway: a longer spacing is the interval
+        self.spacing = min(settings.commit_spacing_s, settings.commit_interval_s)
         self.poll_timeout_s = settings.poll_timeout_s
         self.last = now  # the last commit, whether or not it had anything to write
         self.last_transaction = now  # the last commit that wrote a Kafka transaction

@@ -44,7 +44,8 @@ class RelaySettings:
             meanwhile. Every Kafka transaction costs the broker about the same whatever it
             carries (coordinator writes, markers, the offsets), so this sets the broker's work
             under a light, steady load against the latency it adds (at most this long). 0
-            commits after every poll that read an op. Defaults to 0.01 s (measured end to end
+            commits after every poll that read an op; one longer than ``commit_interval_s``
+            acts as the interval. Defaults to 0.01 s (measured end to end
             at 100 txn/s against 0, medians of 4 runs: broker cores 0.31 against 0.38, p99 23
             against 30 ms, p50 10 against 5.6 ms; docs/benchmarks.md).
         poll_timeout_s: how long one poll waits for a first record when none has arrived (it
@@ -141,10 +142,9 @@ class RelaySettings:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
-        if not 0 <= self.commit_spacing_s <= self.commit_interval_s:
+        if self.commit_spacing_s < 0:
             raise ConfigurationError(
-                f"commit_spacing_s={self.commit_spacing_s!r} must be 0 to commit_interval_s "
-                f"({self.commit_interval_s!r})"
+                f"commit_spacing_s={self.commit_spacing_s!r} must be 0 (off) or more"
             )
         if self.stuck_exit_s < 0:
             raise ConfigurationError(f"stuck_exit_s={self.stuck_exit_s!r} must be 0 (off) or more")

@@ -152,8 +152,8 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
         ),
         (
             "relay",
-            {"OUTBOX_RELAY_COMMIT_SPACING_S": "0.1"},
-            "commit_spacing_s=0.1 must be 0 to commit_interval_s (0.05)",
+            {"OUTBOX_RELAY_COMMIT_SPACING_S": "-0.01"},
+            "commit_spacing_s=-0.01 must be 0 (off) or more",
         ),
         ("relay", {"OUTBOX_RELAY_HTTP_PORT": "http"}, "OUTBOX_RELAY_HTTP_PORT='http' is not"),
         ("checker", {}, "set OUTBOX_CHECK_SECRET"),

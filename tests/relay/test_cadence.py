@@ -80,6 +80,14 @@ def test_with_no_spacing_every_caught_up_op_commits() -> None:
         c.committed(t, transaction=True)
 
 
+def test_a_spacing_longer_than_the_interval_is_the_interval() -> None:
+    c = cadence(commit_interval_s=0.005, commit_spacing_s=0.01)
+    c.committed(1.0, transaction=True)
+    c.polled(1, 1)
+    assert c.poll_timeout(1.0) == pytest.approx(0.005)
+    assert not c.due(1.004) and c.due(1.006)
+
+
 def test_without_caught_up_commits_only_the_interval_or_a_full_batch_commits() -> None:
     c = cadence(commit_when_caught_up=False, commit_interval_s=25.0)
     c.polled(1, 1)
