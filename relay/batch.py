@@ -81,18 +81,14 @@ class BatchCommitter:
         self.commit_seconds = commit_seconds
         self._promotable = functools.partial(refusals.promotable, topics)
 
-    def commit(self, timeout: float | None = None) -> bool:
+    def commit(self, timeout: float | None = None) -> None:
         """Commit what every partition can do now, and its progress, in one Kafka transaction.
-
-        Returns:
-            whether a Kafka transaction was committed (not when nothing had moved, or when the
-            transaction failed and was aborted).
 
         Raises:
             Restart: the Kafka transaction failed and was aborted (or could not be).
         """
         if not self.partitions.states:
-            return False
+            return
         self.refusals.begin_batch()
         batches = {p: self._take(p, state) for p, state in self.partitions.states.items()}
         committed = self.partitions.committed
@@ -103,7 +99,7 @@ class BatchCommitter:
         }
         if not todo:
             self.accounting.count_committed()
-            return False
+            return
         timeout = timeout or self.settings.transaction_timeout_s
         group_metadata = self.membership()
         started = time.monotonic()
@@ -118,13 +114,12 @@ class BatchCommitter:
                 self._commit(timeout)
             except KafkaException as err:
                 self._failed(err.args[0], timeout)
-                return False
+                return
         self.commit_seconds.observe(time.monotonic() - started)
         for p, b in todo.items():
             committed[p] = (b.half_offset, b.op_offset, b.metadata)
         self.accounting.count_committed()
         self.health.set_ready(True, "committing")
-        return True
 
     def _take(self, partition: int, state: PartitionState) -> Batch:
         """The partition's batch, once every record it needs was read back by offset."""

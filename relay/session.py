@@ -23,7 +23,6 @@ from outbox.reading import consume_ready
 from outbox.service_health import Health
 from relay.accounting import Accounting
 from relay.batch import BatchCommitter
-from relay.cadence import CommitCadence
 from relay.clients import admin_config, base_config, consumer_config, producer_config
 from relay.flow_control import FlowControl
 from relay.log_ends import LogEnds
@@ -140,26 +139,27 @@ class Session:
     ) -> None:
         settings = self.settings
         route = router.route
-        op_topic = self.names.op
-        cadence = CommitCadence(settings, time.monotonic())
+        last = time.monotonic()
+        read = 0
         while not self.closed.is_set():
             self.health.touch()
-            timeout = cadence.poll_timeout(time.monotonic())
-            messages = consume_ready(consumer, settings.batch_max_records, timeout)
+            messages = consume_ready(consumer, settings.batch_max_records, settings.poll_timeout_s)
             if rebalance.callback_error is not None:
                 err, rebalance.callback_error = rebalance.callback_error, None
                 raise Restart(f"cannot take the assigned partitions: {err}") from err
-            ops = 0
             for msg in messages:
                 route(msg)
-                if msg.topic() == op_topic:
-                    ops += 1
-            cadence.polled(len(messages), ops)
+            read += len(messages)
             self.flow_control.update(consumer, self.partitions.states)
             now = time.monotonic()
-            if cadence.due(now):
-                made = batches.commit()
-                cadence.committed(time.monotonic(), transaction=made)
+            caught_up = read > 0 and len(messages) < settings.batch_max_records
+            if (
+                read >= settings.batch_max_records
+                or now - last >= settings.commit_interval_s
+                or (caught_up and settings.commit_when_caught_up)
+            ):
+                batches.commit()
+                last, read = time.monotonic(), 0
             if now - self.accounting.lag_at >= LAG_EVERY_S:
                 self.accounting.measure_lag(consumer, now)
         batches.commit(timeout=settings.shutdown_grace_s)

@@ -38,16 +38,6 @@ class RelaySettings:
             ``batch_max_records`` records (nothing more is waiting) instead of waiting out
             ``commit_interval_s``: under a light load a promotion then waits for one poll, not
             for the interval; under a backlog batches stay full. Defaults to on.
-        commit_spacing_s: the shortest time from one Kafka transaction to the next that a
-            caught-up commit keeps: after a quiet spell a promotion commits at once; while
-            records keep coming, the commits come this far apart and each carries what arrived
-            meanwhile. Every Kafka transaction costs the broker about the same whatever it
-            carries (coordinator writes, markers, the offsets), so this sets the broker's work
-            under a light, steady load against the latency it adds (at most this long). 0
-            commits after every poll that read an op; one longer than ``commit_interval_s``
-            acts as the interval. Defaults to 0.01 s (measured end to end
-            at 100 txn/s against 0, medians of 4 runs: broker cores 0.31 against 0.38, p99 23
-            against 30 ms, p50 10 against 5.6 ms; docs/benchmarks.md).
         poll_timeout_s: how long one poll waits for a first record when none has arrived (it
             returns what has arrived at once: :func:`outbox.reading.consume_ready`). Defaults
             to 0.01 s.
@@ -92,7 +82,6 @@ class RelaySettings:
     batch_max_records: int = 5000
     commit_interval_s: float = 0.05
     commit_when_caught_up: bool = True
-    commit_spacing_s: float = 0.01
     poll_timeout_s: float = 0.01
     transaction_timeout_s: float = 10.0
     put_back_after_s: float = 300.0
@@ -142,10 +131,6 @@ class RelaySettings:
         ):
             if getattr(self, name) <= 0:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
-        if self.commit_spacing_s < 0:
-            raise ConfigurationError(
-                f"commit_spacing_s={self.commit_spacing_s!r} must be 0 (off) or more"
-            )
         if self.stuck_exit_s < 0:
             raise ConfigurationError(f"stuck_exit_s={self.stuck_exit_s!r} must be 0 (off) or more")
         if not 0 <= self.http_port <= 65535:

@@ -150,11 +150,6 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
             {"OUTBOX_RELAY_BATCH_MAX_RECORDS": "1000001"},
             "batch_max_records=1000001 must be at most 1,000,000",
         ),
-        (
-            "relay",
-            {"OUTBOX_RELAY_COMMIT_SPACING_S": "-0.01"},
-            "commit_spacing_s=-0.01 must be 0 (off) or more",
-        ),
         ("relay", {"OUTBOX_RELAY_HTTP_PORT": "http"}, "OUTBOX_RELAY_HTTP_PORT='http' is not"),
         ("checker", {}, "set OUTBOX_CHECK_SECRET"),
         ("checker", {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CHECK_MAX": "x"}, "CHECK_MAX"),

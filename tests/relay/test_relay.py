@@ -267,62 +267,6 @@ def test_a_relay_that_keeps_up_commits_after_each_poll_not_after_the_interval(
         running.stop()
 
 
-def kafka_transactions(running: RelayThread) -> int:
-    """Kafka transactions the relay committed so far (its /metrics' commit histogram)."""
-    for line in running.relay.metrics.render().decode().splitlines():
-        if line.startswith("outbox_relay_kafka_txn_commit_seconds_count"):
-            return int(float(line.split()[1]))
-    raise AssertionError("no outbox_relay_kafka_txn_commit_seconds_count in /metrics")
-
-
-@pytest.mark.parametrize("spacing", [0.0, 0.5])
-def test_a_steady_stream_is_committed_no_closer_than_the_spacing(
-    kafka_bootstrap: str, stream: Stream, relay_settings: RelaySettings, spacing: float
-) -> None:
-    settings = replace(relay_settings, commit_interval_s=1.0, commit_spacing_s=spacing)
-    running = RelayThread(settings)
-    try:
-        wait_for(lambda: running.relay.assigned[0] == frozenset(range(PARTITIONS)))
-        time.sleep(1.5)
-        before, began = kafka_transactions(running), time.monotonic()
-        for i in range(20):
-            stream.write([(f"k{i}".encode(), 1, OpState.COMMIT)])
-            time.sleep(0.05)
-        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60)
-        made, took = kafka_transactions(running) - before, time.monotonic() - began
-    finally:
-        running.stop()
-    seen = delivered(kafka_bootstrap, stream)
-    assert set(seen) == expected(stream) and set(seen.values()) == {1}
-    if spacing:
-        # one at most per spacing while the stream lasted (and the first at once)
-        assert made <= took / spacing + 2, (made, took)
-    else:
-        assert made >= 10, made  # about one per transaction: each poll caught up
-
-
-def test_after_a_quiet_spell_a_promotion_commits_at_once_and_the_next_waits_the_spacing(
-    kafka_bootstrap: str, stream: Stream, relay_settings: RelaySettings
-) -> None:
-    settings = replace(relay_settings, commit_interval_s=30.0, commit_spacing_s=6.0)
-    running = RelayThread(settings)
-    try:
-        wait_for(lambda: running.relay.assigned[0] == frozenset(range(PARTITIONS)))
-        time.sleep(6.5)  # quiet for longer than the spacing
-        took = []
-        for key in (b"first", b"second"):
-            began = time.monotonic()
-            stream.write([(key, 1, OpState.COMMIT)])
-            wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60)
-            took.append(time.monotonic() - began)
-    finally:
-        running.stop()
-    # the first is committed at once; the second, written right after it was visible, waits
-    # for the spacing (6 s from the first's Kafka transaction, less the ~1 s it took to see it)
-    assert took[0] < 3 and took[1] >= 3, took
-    assert set(delivered(kafka_bootstrap, stream).values()) == {1}
-
-
 def test_bad_records_go_to_the_dead_letter_topic_with_their_reason_and_the_relay_goes_on(
     kafka_bootstrap: str, stream: Stream, relay: RelayThread
 ) -> None:
