@@ -49,14 +49,24 @@ def _timed(consumer: Consumer, most: int, timeout: float) -> tuple[list[bytes], 
     return [m.value() or b"" for m in read], time.monotonic() - started
 
 
+def _batches(
+    consumer: Consumer, count: int, most: int, timeout: float, within: float
+) -> Iterator[tuple[list[bytes], float]]:
+    """Each read's values and how long it took, until ``count`` records or ``within`` s."""
+    read = 0
+    deadline = time.monotonic() + within
+    while read < count and time.monotonic() < deadline:
+        values, took = _timed(consumer, most, timeout)
+        read += len(values)
+        yield values, took
+
+
 def test_records_waiting_are_returned_without_waiting_out_the_timeout(
     kafka_bootstrap: str, topic: str, consumer: Consumer
 ) -> None:
     produce(kafka_bootstrap, topic, 3)
     read: list[bytes] = []
-    deadline = time.monotonic() + 30
-    while len(read) < 3 and time.monotonic() < deadline:  # the first fetch may split them
-        values, took = _timed(consumer, 2000, 20.0)
+    for values, took in _batches(consumer, 3, 2000, 20.0, 30):  # a first fetch may split them
         read += values
         # consume(2000, 20.0) would have taken all 20 s with fewer than 2,000 records waiting
         assert took < 10, f"took {took:.1f} s for {len(values)} records"
@@ -82,9 +92,7 @@ def test_thousands_waiting_come_in_batches_of_at_most_most_in_order(
 ) -> None:
     produce(kafka_bootstrap, topic, 5000)
     read: list[bytes] = []
-    deadline = time.monotonic() + 60
-    while len(read) < 5000 and time.monotonic() < deadline:
-        values, _ = _timed(consumer, 1000, 5.0)
+    for values, _ in _batches(consumer, 5000, 1000, 5.0, 60):
         assert len(values) <= 1000
         read += values
     assert read == [b"%d" % i for i in range(5000)]
