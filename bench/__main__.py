@@ -186,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         document["services"] = services.describe()
         print(f"services: {report.machine_line(document)}", flush=True)
-        document["python_speed"] = speeds = {}
+        speeds: dict[str, list[float]] = {}
+        document["python_speed"] = speeds
         results, errors = run_scenarios(services, config, ctx, args.profile, speeds)
     finally:
         services.close()

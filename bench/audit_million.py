@@ -68,7 +68,7 @@ def generate(bootstrap: str, prefix: str, topic: str, transactions: int) -> dict
 
 
 def _create_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=partitions)])[topic].result(30)

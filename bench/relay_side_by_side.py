@@ -23,6 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench import preload
 from bench.procs import Context, create_topic, relay_env, unique
@@ -62,7 +63,7 @@ def prepare(ctx: Context, bootstrap: str, name: str, tree: str, count: int) -> R
     return Run(name, tree, watcher, {**os.environ, "PYTHONPATH": tree, **env})
 
 
-def one_round(ctx: Context, bootstrap: str, trees: dict[str, str], count: int) -> dict:
+def one_round(ctx: Context, bootstrap: str, trees: dict[str, str], count: int) -> dict[str, Any]:
     runs = [prepare(ctx, bootstrap, name, tree, count) for name, tree in trees.items()]
     started = time.monotonic_ns()
     for run in runs:
