@@ -143,7 +143,10 @@ class Reader:
     """A read_committed consumer of ``topic`` in a thread; when it first saw each value."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        self.first_seen: dict[str, float] = {}
+        self._first_seen: dict[str, float] = {}
+        # Copying a dict another thread is adding to can raise "dictionary changed size during
+        # iteration" (a copy that triggers the garbage collector lets the other thread run)
+        self._lock = threading.Lock()
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -162,14 +165,20 @@ class Reader:
         while not self._stop.is_set():
             for msg in self._consumer.consume(500, 0.2):
                 if msg.error() is None:
-                    self.first_seen.setdefault(msg.value().decode(), time.monotonic())
+                    with self._lock:
+                        self._first_seen.setdefault(msg.value().decode(), time.monotonic())
         self._consumer.close()
+
+    def first_seen(self) -> dict[str, float]:
+        """Each value read so far, and when it was first read (a copy)."""
+        with self._lock:
+            return dict(self._first_seen)
 
     def first_after(self, began: dict[str, float], since: float) -> float | None:
         """When it first saw a record of a transaction that began after ``since``."""
         times = [
             seen
-            for value, seen in list(self.first_seen.items())
+            for value, seen in self.first_seen().items()
             if began.get(value.rsplit("/", 1)[0], 0.0) > since
         ]
         return min(times) if times else None

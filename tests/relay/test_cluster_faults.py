@@ -93,7 +93,7 @@ def clean_restart(cluster: KafkaCluster, load: OrderLoad, reader: Reader, node: 
 def missing(load: OrderLoad, reader: Reader, committed: set[str]) -> str:
     """How many committed messages the reader has not seen, and how many of those lost their
     producer's op (a checker must decide them) - which side to look at first."""
-    lost = committed - set(reader.first_seen)
+    lost = committed - set(reader.first_seen())
     orders = {value.rsplit("/", 1)[0] for value in lost}
     txns = {order: txn for txn, order in list(load.order_of.items())}
     no_op = sum(1 for o in orders if not load.op_acked.get(txns.get(o, ""), False))
@@ -162,7 +162,7 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
     report: list[str] = []
     stalled = ""
     try:
-        wait_for(lambda: len(reader.first_seen) > 200, 180, "promotions before the first kill")
+        wait_for(lambda: len(reader.first_seen()) > 200, 180, "promotions before the first kill")
         # When the busiest broker is killed, left down, and started again, five times
         last = 0
         for _ in range(KILLS):
@@ -175,7 +175,7 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
         # Then, once the relays have caught up, the reader saw every committed message
         committed = load.committed()
         try:
-            wait_for(lambda: set(reader.first_seen) >= committed, 240, "every committed message")
+            wait_for(lambda: set(reader.first_seen()) >= committed, 240, "every committed message")
             time.sleep(10)  # the checkers decide the last orphans; a late duplicate shows up now
         except AssertionError as err:
             # Fail after the final read and the audit, which say whether the message is on the
