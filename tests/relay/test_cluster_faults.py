@@ -103,6 +103,22 @@ def missing(load: OrderLoad, reader: Reader, committed: set[str]) -> str:
     )
 
 
+def stall_report(
+    err: AssertionError, load: OrderLoad, reader: Reader, relays: list[RelayProcess]
+) -> str:
+    """What a timed-out wait leaves to read: the load's failures, the messages not read, and
+    each relay's metrics and threads' stacks at that moment."""
+    load.stop()
+    relay_states = "\n".join(
+        f"{relay.name} metrics:\n{relay.metrics()}\n{relay.name} stacks:\n{relay.stacks()}"
+        for relay in relays
+    )
+    return (
+        f"{err}; producer failures {dict(load.failures)}; "
+        f"{missing(load, reader, load.committed())}\n{relay_states}"
+    )
+
+
 def audit(bootstrap: str, load: OrderLoad, out: Path) -> tuple[int, dict[str, int]]:
     """The audit's CLI over the outbox topics, with the evidence table over JDBC."""
     code = main(
@@ -174,15 +190,13 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
         load.stop()
         # Then, once the relays have caught up, the reader saw every committed message
         committed = load.committed()
-        try:
-            wait_for(lambda: set(reader.first_seen()) >= committed, 240, "every committed message")
-            time.sleep(10)  # the checkers decide the last orphans; a late duplicate shows up now
-        except AssertionError as err:
-            # Fail after the final read and the audit, which say whether the message is on the
-            # topic (the reader missed it) or not (the pipeline did), and which step it stopped at
-            stalled = f"{err}: {missing(load, reader, committed)}\n" + "\n".join(
-                f"{relay.name} metrics:\n{relay.metrics()}" for relay in relays
-            )
+        wait_for(lambda: set(reader.first_seen()) >= committed, 240, "every committed message")
+        time.sleep(10)  # the checkers decide the last orphans; a late duplicate shows up now
+    except AssertionError as err:
+        # A wait timed out. Fail after the final read and the audit, which say whether the
+        # messages are on the topic (the reader missed them) or not (the pipeline did), and
+        # with what the relays were doing then
+        stalled = stall_report(err, load, reader, relays)
     finally:
         load.stop()
         for service in (*relays, *checkers):
