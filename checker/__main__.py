@@ -1,4 +1,10 @@
-"""``python -m checker``: run one checker instance with settings from ``OUTBOX_CHECKER_*``."""
+"""``python -m checker``: run one checker instance with settings from ``OUTBOX_CHECKER_*``.
+
+SIGTERM and SIGINT stop it (exit 0); exit 2 means the settings are invalid; exit 3 means the loop
+was stuck for ``stuck_exit_s`` (a Kafka client call that never returned) and the process gave up
+so that its supervisor starts a fresh one (:mod:`outbox.watchdog`). SIGUSR1 writes every thread's
+stack to stderr (it goes on running).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from checker.metrics import serve
 from checker.settings import CheckerSettings
 from outbox.errors import ConfigurationError
 from outbox.logs import configure_logging
+from outbox.watchdog import watch
 
 
 def run(settings: CheckerSettings) -> int:
@@ -28,6 +35,8 @@ def run(settings: CheckerSettings) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks to stderr
+    if settings.stuck_limit_s:
+        watch(checker, settings.stuck_limit_s, name="checker")
     try:
         checker.run()
     finally:

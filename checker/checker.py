@@ -90,10 +90,18 @@ class Checker:
                 log.error("checker session ended (%s); starting a new one", err)
                 self._closed.wait(1.0)
 
+    @property
+    def closed(self) -> threading.Event:
+        """Set once :meth:`close` was called."""
+        return self._closed
+
+    def idle_s(self) -> float:
+        """Seconds since the loop last turned (or a session start moved on)."""
+        return self.health.idle_s()
+
     def live(self) -> tuple[bool, str]:
         """Liveness: the loop turns (a check round is bounded by the request timeouts)."""
-        limit = self.settings.request_timeout_s * self.settings.failover_attempts + 60
-        return self.health.live(limit)
+        return self.health.live(self.settings.liveness_limit_s)
 
     def ready(self) -> tuple[bool, str]:
         """Ready once every assigned partition was read to its end since it was assigned."""

@@ -63,6 +63,11 @@ class CheckerSettings:
             that pauses the group's checks. Defaults to 0.8.
         breaker_min_samples: recent checks needed before the breaker judges. Defaults to 20.
         breaker_cooldown_s: how long a tripped group is paused. Defaults to 60 s.
+        stuck_exit_s: ``python -m checker`` exits with code 3 when its loop has not turned for
+            this long (a Kafka client call that never returns: librdkafka can hang in
+            ``send_offsets_to_transaction`` after a broker restart; :mod:`outbox.watchdog`), so
+            that its supervisor starts a fresh process; never sooner than ``/healthz`` fails
+            (:attr:`liveness_limit_s`). 0 turns it off. Defaults to 120 s.
         http_port: serve ``/healthz``, ``/readyz`` and ``/metrics`` (Prometheus) on this port;
             0 turns it off. Defaults to 0.
         http_host: address the HTTP endpoint binds. Defaults to ``0.0.0.0``.
@@ -90,6 +95,7 @@ class CheckerSettings:
     breaker_threshold: float = 0.8
     breaker_min_samples: int = 20
     breaker_cooldown_s: float = 60.0
+    stuck_exit_s: float = 120.0
     http_port: int = 0
     http_host: str = "0.0.0.0"
     log_format: str = "text"
@@ -118,6 +124,8 @@ class CheckerSettings:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
         if not self.instance_id:
             raise ConfigurationError("instance_id is empty; set OUTBOX_CHECKER_INSTANCE_ID")
+        if self.stuck_exit_s < 0:
+            raise ConfigurationError(f"stuck_exit_s={self.stuck_exit_s!r} must be 0 (off) or more")
         if self.clock_slack_s < 0:
             raise ConfigurationError(f"clock_slack_s={self.clock_slack_s!r} must not be negative")
         if not 0 <= self.http_port <= 65535:
@@ -128,6 +136,21 @@ class CheckerSettings:
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
+
+    @property
+    def liveness_limit_s(self) -> float:
+        """How long the loop may go without turning before ``/healthz`` fails: a round waits
+        at most for its check requests (each instance tried in turn) and a minute more."""
+        return self.request_timeout_s * self.failover_attempts + 60
+
+    @property
+    def stuck_limit_s(self) -> float:
+        """When ``python -m checker`` gives up on a loop that stopped turning (0: never):
+        ``stuck_exit_s``, or the liveness limit when that is longer, so that a round that waits
+        out its request timeouts is not taken for a stuck one."""
+        if not self.stuck_exit_s:
+            return 0.0
+        return max(self.stuck_exit_s, self.liveness_limit_s)
 
     @property
     def transactional_id(self) -> str:

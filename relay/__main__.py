@@ -12,19 +12,18 @@ from __future__ import annotations
 import faulthandler
 import gc
 import logging
-import os
 import signal
 import sys
-import threading
 from types import FrameType
 
 from outbox.errors import ConfigurationError
 from outbox.logs import configure_logging
+from outbox.watchdog import EXIT_STUCK, watch
 from relay.relay import Relay
 from relay.settings import RelaySettings
 
-#: Exit code of a relay whose loop was stuck.
-EXIT_STUCK = 3
+__all__ = ["EXIT_STUCK", "GC_THRESHOLDS", "main", "run", "watch"]
+
 
 #: The relay process's cyclic-garbage-collector thresholds (CPython's are 700, 10, 10).
 #: The relay allocates a few short-lived objects per record and keeps a large, long-lived
@@ -36,34 +35,6 @@ EXIT_STUCK = 3
 GC_THRESHOLDS = (50_000, 50, 50)
 
 log = logging.getLogger("relay")
-
-
-def watch(relay: Relay, limit_s: float, every_s: float = 5.0) -> threading.Thread:
-    """Exit the process when the relay loop has not turned for ``limit_s``.
-
-    A thread cannot interrupt a C call that never returns, and a new session in the same
-    process would share state with the stuck one; a fresh process is the clean way out. Its
-    correctness is a SIGKILL's: the Kafka transaction it had open is aborted, the committed
-    offsets say where to start again.
-    """
-
-    def check() -> None:
-        while not relay.closed.wait(every_s):
-            idle = relay.idle_s()
-            if idle > limit_s:
-                log.critical(
-                    "the relay loop has not turned for %.0f s (a Kafka client call does not "
-                    "return); exiting with code %d so that a fresh process takes over - "
-                    "stacks follow",
-                    idle,
-                    EXIT_STUCK,
-                )
-                faulthandler.dump_traceback(all_threads=True)
-                os._exit(EXIT_STUCK)
-
-    thread = threading.Thread(target=check, name="relay-watchdog", daemon=True)
-    thread.start()
-    return thread
 
 
 def run(settings: RelaySettings) -> int:

@@ -27,6 +27,7 @@ from outbox.protocol.partitioning import partition_for
 from outbox.protocol.topics import TopicNames
 from outbox.testing.ports import free_port
 from tests.checker.test_checker import SECRET
+from tests.supervision import restart_when_stuck
 
 ROOT = Path(__file__).parents[2]
 
@@ -55,6 +56,8 @@ class CheckerProcess:
             **{f"OUTBOX_CHECKER_{k.upper()}": str(v) for k, v in settings.items()},
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self.stuck_exits = 0
 
     def start(self) -> CheckerProcess:
         with self.log.open("ab") as out:
@@ -98,7 +101,23 @@ class CheckerProcess:
         assert self.proc is not None
         self.proc.send_signal(signum)
 
+    def supervise(self, name: str) -> None:
+        """Start it again whenever it gives up stuck (exit 3), as a deployment's supervisor
+        would. Call before ``start()``."""
+        self.env["OUTBOX_CHECKER_STUCK_EXIT_S"] = "60"
+        restart_when_stuck(self, name)
+
+    def stacks(self) -> str:
+        """Every thread's stack (SIGUSR1 makes the checker write them to its log)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return f"(not running: exit code {None if self.proc is None else self.proc.returncode})"
+        size = self.log.stat().st_size
+        self.proc.send_signal(signal.SIGUSR1)
+        time.sleep(1)
+        return self.log.read_bytes()[size:].decode(errors="replace")
+
     def stop(self) -> None:
+        self.stopping = True
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)

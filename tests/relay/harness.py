@@ -34,8 +34,8 @@ from outbox.protocol import (
     partition_for,
 )
 from outbox.testing.ports import free_port
-from relay.__main__ import EXIT_STUCK
 from tests.kafka_helpers import create_topic, unique
+from tests.supervision import restart_when_stuck
 
 PARTITIONS = 6
 GRACE_S = 5
@@ -302,16 +302,7 @@ class RelayProcess:
         """Start it again whenever it gives up stuck (exit 3), as a deployment's supervisor
         (Kubernetes, compose's restart policy, systemd) would. Call before ``start()``."""
         self.env["OUTBOX_RELAY_STUCK_EXIT_S"] = "60"
-
-        def loop() -> None:
-            while not self.stopping:
-                proc = self.proc
-                if proc is not None and proc.poll() == EXIT_STUCK:
-                    self.stuck_exits += 1
-                    self.start()
-                time.sleep(0.5)
-
-        threading.Thread(target=loop, name=f"supervise-{self.name}", daemon=True).start()
+        restart_when_stuck(self, self.name)
 
     def holds_partitions(self) -> bool:
         """Its log says, since its last start, that it was assigned at least one partition."""

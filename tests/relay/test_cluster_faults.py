@@ -104,18 +104,32 @@ def missing(load: OrderLoad, reader: Reader, committed: set[str]) -> str:
 
 
 def stall_report(
-    err: AssertionError, load: OrderLoad, reader: Reader, relays: list[RelayProcess]
+    err: AssertionError,
+    load: OrderLoad,
+    reader: Reader,
+    relays: list[RelayProcess],
+    checkers: list[CheckerProcess],
 ) -> str:
     """What a timed-out wait leaves to read: the load's failures, the messages not read, and
-    each relay's metrics and threads' stacks at that moment."""
+    each relay's and checker's metrics and threads' stacks at that moment."""
     load.stop()
     relay_states = "\n".join(
         f"{relay.name} metrics:\n{relay.metrics()}\n{relay.name} stacks:\n{relay.stacks()}"
         for relay in relays
     )
+    checker_states = "\n".join(
+        f"checker-{i} (stuck exits: {checker.stuck_exits}) metrics:\n"
+        + "\n".join(
+            line
+            for line in checker.get("/metrics")[1].splitlines()
+            if line.startswith("outbox_checker_")
+        )
+        + f"\nchecker-{i} stacks:\n{checker.stacks()}"
+        for i, checker in enumerate(checkers)
+    )
     return (
         f"{err}; producer failures {dict(load.failures)}; "
-        f"{missing(load, reader, load.committed())}\n{relay_states}"
+        f"{missing(load, reader, load.committed())}\n{relay_states}\n{checker_states}"
     )
 
 
@@ -172,7 +186,8 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
     for relay in relays:
         relay.supervise()  # librdkafka can hang after a broker restart; the relay then exits 3
         relay.start()
-    for checker in checkers:
+    for i, checker in enumerate(checkers):
+        checker.supervise(f"checker-{i}")  # a checker can hang as a relay can (outbox.watchdog)
         checker.start()
     load.start()
     report: list[str] = []
@@ -196,7 +211,7 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
         # A wait timed out. Fail after the final read and the audit, which say whether the
         # messages are on the topic (the reader missed them) or not (the pipeline did), and
         # with what the relays were doing then
-        stalled = stall_report(err, load, reader, relays)
+        stalled = stall_report(err, load, reader, relays, checkers)
     finally:
         load.stop()
         for service in (*relays, *checkers):
@@ -210,6 +225,7 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
         f"Kafka {cluster.version}, {len(cluster.nodes)} brokers, RF 3, min ISR 2: "
         f"{counts} in {time.monotonic() - started:.0f} s; producer failures "
         f"{dict(load.failures)}; relay stuck exits {[r.stuck_exits for r in relays]}; "
+        f"checker stuck exits {[c.stuck_exits for c in checkers]}; "
         f"KAFKA-20734 skip lines in broker logs: {skips}\n" + "\n".join(report)
     )
     assert not stalled, f"{stalled}\nfinal read of the topic: {counts}\naudit: {findings}"
