@@ -72,6 +72,7 @@ class Checker:
 
     def run(self) -> None:
         while not self._closed.is_set():
+            self.health.touch()  # a session starting is the loop turning
             self.sessions += 1
             self.tracker = self.new_tracker()
             try:

@@ -91,6 +91,7 @@ class Session:
             settings.group_id,
             settings.transactional_id,
             refusals,
+            progress=health.touch,
         )
         self.consumer = Consumer(
             log_to_python(

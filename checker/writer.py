@@ -78,6 +78,7 @@ class RoundWriter:
         refusals: Refusals,
         *,
         timeout_s: float = 30.0,
+        progress: Callable[[], None] = lambda: None,
     ) -> None:
         self.names = names
         self.group_id = group_id
@@ -95,7 +96,7 @@ class RoundWriter:
                 }
             )
         )
-        _init(self._producer, timeout_s)
+        init_transactions(self._producer, timeout_s, progress=progress)
         self._open = False
         self._refused: list[tuple[str, str, Callable[[str], None]]] = []
 
@@ -229,10 +230,18 @@ class RoundWriter:
         self._handle = None
 
 
-def _init(producer: Producer, timeout_s: float, attempts: int = 10) -> None:
+def init_transactions(
+    producer: Producer,
+    timeout_s: float,
+    attempts: int = 10,
+    progress: Callable[[], None] = lambda: None,
+) -> None:
     """``init_transactions``, retried while the coordinator still settles the previous
-    session's transaction (CONCURRENT_TRANSACTIONS right after an abort is retriable)."""
+    session's transaction (CONCURRENT_TRANSACTIONS right after an abort is retriable).
+    ``progress`` is called before each attempt: a retry is not a stuck loop (the watchdog's
+    measure, :mod:`outbox.watchdog`), however long the coordinator takes."""
     for attempt in range(attempts):
+        progress()
         try:
             producer.init_transactions(timeout_s)
             return
