@@ -1,12 +1,14 @@
 """A deployment's supervisor for the service processes the tests start: a relay or checker that
 gives up stuck (exit 3, :mod:`outbox.watchdog`) is started again, as Kubernetes, compose's
-restart policy or systemd would."""
+restart policy or systemd would; and what such a process is doing, for a failure report."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any, Protocol
 
 from outbox.watchdog import EXIT_STUCK
@@ -35,3 +37,15 @@ def restart_when_stuck(service: Supervised, name: str) -> threading.Thread:
     thread = threading.Thread(target=loop, name=f"supervise-{name}", daemon=True)
     thread.start()
     return thread
+
+
+def stacks(proc: subprocess.Popen[Any] | None, log: Path) -> str:
+    """Every thread's stack of a relay or checker process (SIGUSR1 makes it write them to its
+    log, ``log``; librdkafka's own lines left out)."""
+    if proc is None or proc.poll() is not None:
+        return f"(not running: exit code {None if proc is None else proc.returncode})"
+    size = log.stat().st_size
+    proc.send_signal(signal.SIGUSR1)
+    time.sleep(1)
+    text = log.read_bytes()[size:].decode(errors="replace")
+    return "\n".join(line for line in text.splitlines() if not line.startswith("%"))

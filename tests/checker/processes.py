@@ -27,7 +27,7 @@ from outbox.protocol.partitioning import partition_for
 from outbox.protocol.topics import TopicNames
 from outbox.testing.ports import free_port
 from tests.checker.test_checker import SECRET
-from tests.supervision import restart_when_stuck
+from tests.supervision import restart_when_stuck, stacks
 
 ROOT = Path(__file__).parents[2]
 
@@ -109,12 +109,7 @@ class CheckerProcess:
 
     def stacks(self) -> str:
         """Every thread's stack (SIGUSR1 makes the checker write them to its log)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return f"(not running: exit code {None if self.proc is None else self.proc.returncode})"
-        size = self.log.stat().st_size
-        self.proc.send_signal(signal.SIGUSR1)
-        time.sleep(1)
-        return self.log.read_bytes()[size:].decode(errors="replace")
+        return stacks(self.proc, self.log)
 
     def stop(self) -> None:
         self.stopping = True

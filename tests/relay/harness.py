@@ -35,7 +35,7 @@ from outbox.protocol import (
 )
 from outbox.testing.ports import free_port
 from tests.kafka_helpers import create_topic, unique
-from tests.supervision import restart_when_stuck
+from tests.supervision import restart_when_stuck, stacks
 
 PARTITIONS = 6
 GRACE_S = 5
@@ -328,13 +328,7 @@ class RelayProcess:
 
     def stacks(self) -> str:
         """Every thread's stack (SIGUSR1 makes the relay write them to its log)."""
-        if self.proc is None or self.proc.poll() is not None:
-            return f"(not running: exit code {None if self.proc is None else self.proc.returncode})"
-        size = self.log.stat().st_size
-        self.proc.send_signal(signal.SIGUSR1)
-        time.sleep(1)
-        text = self.log.read_bytes()[size:].decode(errors="replace")
-        return "\n".join(line for line in text.splitlines() if not line.startswith("%"))
+        return stacks(self.proc, self.log)
 
     def metrics(self) -> str:
         """Its gauges and counters (no histograms), for a failure report; empty if down."""
