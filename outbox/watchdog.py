@@ -39,13 +39,13 @@ def watch(
     limit_s: float,
     every_s: float = 5.0,
     *,
-    name: str = "relay",
+    name: str,
     exit: Callable[[int], object] = os._exit,
 ) -> threading.Thread:
     """Exit the process (code :data:`EXIT_STUCK`, every thread's stack written to stderr first)
-    when ``service``'s loop has not turned for ``limit_s``; checked every ``every_s`` until the
-    service is closed. ``exit`` is :func:`os._exit` (no clean-up: a stuck thread could block
-    one)."""
+    when ``service``'s loop (``name``: ``relay``, ``checker``; its logger too) has not turned for
+    ``limit_s``; checked every ``every_s`` until the service is closed. ``exit`` is
+    :func:`os._exit` (no clean-up: a stuck thread could block one)."""
     log = logging.getLogger(name)
 
     def check() -> None:

@@ -50,7 +50,7 @@ def run(settings: RelaySettings) -> int:
     signal.signal(signal.SIGINT, stop)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     if settings.stuck_exit_s:
-        watch(relay, settings.stuck_exit_s)
+        watch(relay, settings.stuck_exit_s, name="relay")
     relay.run()
     return 0
 

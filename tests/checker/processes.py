@@ -107,6 +107,13 @@ class CheckerProcess:
         self.env["OUTBOX_CHECKER_STUCK_EXIT_S"] = "60"
         restart_when_stuck(self, name)
 
+    def metrics(self) -> str:
+        """Its ``outbox_checker_*`` metrics, for a failure report; what went wrong if down."""
+        status, text = self.get("/metrics")
+        if status != 200:
+            return f"(no metrics: {status} {text})"
+        return "\n".join(line for line in text.splitlines() if line.startswith("outbox_checker_"))
+
     def stacks(self) -> str:
         """Every thread's stack (SIGUSR1 makes the checker write them to its log)."""
         return stacks(self.proc, self.log)

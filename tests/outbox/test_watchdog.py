@@ -38,7 +38,7 @@ def test_a_loop_idle_past_the_limit_ends_the_process_with_code_3() -> None:
 def test_a_turning_loop_and_a_closed_service_are_left_alone() -> None:
     exits = Exits()
     service = Service(idle=29.0)
-    thread = watch(service, limit_s=30, every_s=0.01, exit=exits)
+    thread = watch(service, limit_s=30, every_s=0.01, name="relay", exit=exits)
     assert not exits.called.wait(0.3)
     service.closed.set()  # closed on purpose: the watchdog stops, whatever comes next
     thread.join(5)

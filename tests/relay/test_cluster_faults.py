@@ -118,13 +118,8 @@ def stall_report(
         for relay in relays
     )
     checker_states = "\n".join(
-        f"checker-{i} (stuck exits: {checker.stuck_exits}) metrics:\n"
-        + "\n".join(
-            line
-            for line in checker.get("/metrics")[1].splitlines()
-            if line.startswith("outbox_checker_")
-        )
-        + f"\nchecker-{i} stacks:\n{checker.stacks()}"
+        f"checker-{i} (stuck exits: {checker.stuck_exits}) metrics:\n{checker.metrics()}\n"
+        f"checker-{i} stacks:\n{checker.stacks()}"
         for i, checker in enumerate(checkers)
     )
     return (

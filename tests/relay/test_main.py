@@ -19,7 +19,7 @@ STUCK = textwrap.dedent(
         def idle_s(self):
             return 600.0
 
-    watch(Stuck(), limit_s=300, every_s=0.05)
+    watch(Stuck(), limit_s=300, every_s=0.05, name="relay")
     time.sleep(30)  # the main thread "hangs"
     """
 )
@@ -35,7 +35,7 @@ TURNING = textwrap.dedent(
             return 1.0
 
     relay = Turning()
-    watch(relay, limit_s=300, every_s=0.05)
+    watch(relay, limit_s=300, every_s=0.05, name="relay")
     time.sleep(0.5)
     relay.closed.set()
     """
