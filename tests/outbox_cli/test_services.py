@@ -153,6 +153,11 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
         ("relay", {"OUTBOX_RELAY_HTTP_PORT": "http"}, "OUTBOX_RELAY_HTTP_PORT='http' is not"),
         ("checker", {}, "set OUTBOX_CHECK_SECRET"),
         ("checker", {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CHECK_MAX": "x"}, "CHECK_MAX"),
+        (
+            "checker",
+            {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_STUCK_EXIT_S": "-5"},
+            "stuck_exit_s=-5.0 must be 0 (off) or more",
+        ),
     ],
 )
 def test_a_service_with_an_invalid_setting_exits_2_naming_it(
