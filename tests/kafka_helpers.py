@@ -30,12 +30,35 @@ def create_topic(
     futures[name].result(30)
 
 
-def set_topic_config(bootstrap: str, topic: str, name: str, value: str) -> None:
-    """Change one setting of an existing topic (the others are kept)."""
+def set_topic_config(
+    bootstrap: str, topic: str, name: str, value: str, *, timeout: float = 30
+) -> None:
+    """Change one setting of an existing topic (the others are kept), and return once the
+    broker has it in force.
+
+    The controller acknowledges the change when it is in the metadata log; the broker applies it
+    when it replays that record, a moment later (under load, tens of milliseconds: a record sent
+    at once could still meet the old setting). A broker's DescribeConfigs answers from its
+    metadata image, which it publishes just before it applies the topic's new configuration to
+    the topic's logs (``BrokerMetadataPublisher.publish``), hence the short wait after it reads
+    the new value."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     entry = ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[entry])
-    admin.incremental_alter_configs([resource])[resource].result(30)
+    admin.incremental_alter_configs([resource])[resource].result(timeout)
+    described = ConfigResource(ResourceType.TOPIC, topic)
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = admin.describe_configs([described])[described].result(timeout)
+        if entries[name].value == value:
+            break
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"topic {topic}: {name} still {entries[name].value!r}, not {value!r}, "
+                f"{timeout} s after the change was acknowledged"
+            )
+        time.sleep(0.01)
+    time.sleep(0.1)
 
 
 _SETTLING = {
