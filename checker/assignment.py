@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +60,16 @@ class Start:
 
 
 def starts(
-    consumer: Consumer, names: TopicNames, partitions: Iterable[int], *, slack_ms: int
+    consumer: Consumer,
+    names: TopicNames,
+    partitions: Iterable[int],
+    *,
+    slack_ms: int,
+    progress: Callable[[], None] | None = None,
 ) -> dict[int, Start]:
     """Start offsets of ``partitions`` from the committed progress (the beginning where there
-    is none: a first start reads all).
+    is none: a first start reads all). ``progress`` is called after each call to the broker
+    (each may wait up to 30 s): the checker's watchdog counts them as its loop turning.
 
     Raises:
         KafkaException: the committed offsets, or the op offsets for the floors, could not be
@@ -71,7 +77,9 @@ def starts(
     """
     numbers = sorted(set(partitions))
     wanted = [TopicPartition(t, p) for p in numbers for t in (names.half, names.op)]
+    turned = progress or _nothing
     committed = {(tp.topic, tp.partition): tp for tp in consumer.committed(wanted, 30)}
+    turned()
     for tp in committed.values():
         if tp.error is not None:
             raise KafkaException(tp.error)
@@ -80,7 +88,7 @@ def starts(
         floor = floor_of(committed[(names.op, p)].metadata)
         if floor is not None and committed[(names.half, p)].offset >= 0:
             floors[p] = floor
-    op_starts = _offsets_for_times(consumer, names.op, floors, slack_ms)
+    op_starts = _offsets_for_times(consumer, names.op, floors, slack_ms, turned)
     result = {}
     for p in numbers:
         half = committed[(names.half, p)].offset
@@ -91,19 +99,28 @@ def starts(
 
 
 def _offsets_for_times(
-    consumer: Consumer, topic: str, floors: dict[int, int], slack_ms: int
+    consumer: Consumer,
+    topic: str,
+    floors: dict[int, int],
+    slack_ms: int,
+    turned: Callable[[], None],
 ) -> dict[int, int]:
     if not floors:
         return {}
     asked = [TopicPartition(topic, p, max(0, ms - slack_ms)) for p, ms in floors.items()]
     found = {}
     for tp in consumer.offsets_for_times(asked, 30):
+        turned()
         if tp.error is not None:
             raise KafkaException(tp.error)
         if tp.offset < 0:  # nothing that recent: the end
             tp.offset = int(consumer.get_watermark_offsets(tp, timeout=10)[1])
         found[tp.partition] = int(tp.offset)
     return found
+
+
+def _nothing() -> None:
+    return None
 
 
 def restore_counts(
@@ -113,14 +130,18 @@ def restore_counts(
     partitions: Iterable[int],
     *,
     client: Consumer,
+    progress: Callable[[], None] | None = None,
 ) -> dict[str, tuple[int, CheckCount]]:
     """The check counts this checker group keeps on the state topic for ``partitions``:
-    txn id -> (partition, count). ``client`` tells where the state partitions end.
+    txn id -> (partition, count). ``client`` tells where the state partitions end;
+    ``progress`` is called after each step of the read (:func:`outbox.state_log.read_state`).
 
     Raises:
         KafkaOperationError: a partition could not be read to its end.
     """
-    found = read_state(config, names, StateOwner.CHECKER, group_id, partitions, client=client)
+    found = read_state(
+        config, names, StateOwner.CHECKER, group_id, partitions, client=client, progress=progress
+    )
     return {
         txn: (partition, value)
         for txn, (partition, value) in found.items()

@@ -168,9 +168,16 @@ class Session:
             numbers = {tp.partition for tp in partitions if tp.topic == self.names.half}
             numbers &= {tp.partition for tp in partitions if tp.topic == self.names.op}
             slack_ms = int(self.settings.clock_slack_s * 1000)
-            found = starts(consumer, self.names, numbers, slack_ms=slack_ms)
+            # each step may wait on the broker: the health clock counts each one as a turn
+            turned = self.health.touch
+            found = starts(consumer, self.names, numbers, slack_ms=slack_ms, progress=turned)
             counts = restore_counts(
-                self._config(), self.names, self.settings.group_id, numbers, client=consumer
+                self._config(),
+                self.names,
+                self.settings.group_id,
+                numbers,
+                client=consumer,
+                progress=turned,
             )
             self.tracker.restored.update(counts)
             for tp in partitions:

@@ -9,7 +9,7 @@ remembered (plus recent tombstones), so the read costs what is pending, not hist
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -34,6 +34,7 @@ def read_state(
     partitions: Iterable[int],
     *,
     client: Consumer,
+    progress: Callable[[], None] | None = None,
 ) -> dict[str, tuple[int, StateValue]]:
     """What ``owner``'s group ``group_id`` remembers for ``partitions``: txn id -> (partition,
     latest value), tombstoned ones left out. ``config`` is the client configuration (bootstrap
@@ -43,14 +44,20 @@ def read_state(
     of its own is opened only when one of them holds a record (it costs a group-less client's
     start-up, on every assignment, which a state topic with nothing to remember need not pay).
 
+    ``progress`` is called after each step that may wait (a partition's end offsets, a poll),
+    so a service's watchdog takes a long read for work, not for a loop stuck in a call: each
+    step is bounded, the read as a whole grows with the partitions and what they remember.
+
     Raises:
         KafkaOperationError: a partition could not be read to its end.
     """
+    turned = progress or _nothing
     starts: dict[int, int] = {}
     for p in sorted(set(partitions)):
         low, high = client.get_watermark_offsets(
             TopicPartition(names.state, p), timeout=10, cached=False
         )
+        turned()
         if high > low:
             starts[p] = int(low)
     if not starts:
@@ -74,6 +81,7 @@ def read_state(
         idle = 0
         while todo:
             msg = reader.poll(1.0)
+            turned()
             if msg is None:
                 idle += 1
                 if idle > IDLE_LIMIT_S:
@@ -92,6 +100,10 @@ def read_state(
     finally:
         reader.close()
     return found
+
+
+def _nothing() -> None:
+    return None
 
 
 def _apply(
