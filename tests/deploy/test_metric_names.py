@@ -25,6 +25,7 @@ EXTERNAL = {
     "up": "Prometheus, one per scrape target",
     "kube_job_failed": "kube-state-metrics",
     "kube_job_owner": "kube-state-metrics",
+    "kube_deployment_status_replicas_available": "kube-state-metrics",
 }
 
 

@@ -193,6 +193,15 @@ def test_the_target_down_alert_watches_the_jobs_the_pod_monitors_set() -> None:
     assert set(job.value.split("|")) == jobs
 
 
+def test_the_no_pod_alert_watches_the_deployments_the_base_creates() -> None:
+    """The Deployments it names are the relay's and the checker's, so neither can have no pod
+    and no alert (OutboxTargetDown sees only pods that exist)."""
+    deployments = {r["metadata"]["name"] for r in render(BASE) if r["kind"] == "Deployment"}
+    [available] = selectors(rule("OutboxNoPodAvailable")["expr"])
+    [deployment] = [m for m in available.matchers.matchers if m.name == "deployment"]
+    assert set(deployment.value.split("|")) == deployments
+
+
 def test_the_readme_lists_every_alert_with_its_severity() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     start = readme.index("\n### Metrics and alerts\n")
