@@ -109,12 +109,14 @@ def _offsets_for_times(
         return {}
     asked = [TopicPartition(topic, p, max(0, ms - slack_ms)) for p, ms in floors.items()]
     found = {}
-    for tp in consumer.offsets_for_times(asked, 30):
-        turned()
+    answered = consumer.offsets_for_times(asked, 30)
+    turned()
+    for tp in answered:
         if tp.error is not None:
             raise KafkaException(tp.error)
         if tp.offset < 0:  # nothing that recent: the end
             tp.offset = int(consumer.get_watermark_offsets(tp, timeout=10)[1])
+            turned()
         found[tp.partition] = int(tp.offset)
     return found
 

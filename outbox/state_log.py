@@ -9,6 +9,7 @@ remembered (plus recent tombstones), so the read costs what is pending, not hist
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -22,7 +23,7 @@ from outbox.protocol.topics import TopicNames
 
 log = logging.getLogger("outbox.state")
 
-#: Seconds without a record before a read that has not reached a partition's end gives up.
+#: Seconds without a record of a partition still to read before the read gives up.
 IDLE_LIMIT_S = 30
 
 
@@ -44,22 +45,25 @@ def read_state(
     of its own is opened only when one of them holds a record (it costs a group-less client's
     start-up, on every assignment, which a state topic with nothing to remember need not pay).
 
-    ``progress`` is called after each step that may wait (a partition's end offsets, a poll),
-    so a service's watchdog takes a long read for work, not for a loop stuck in a call: each
-    step is bounded, the read as a whole grows with the partitions and what they remember.
+    ``progress`` is called after each step that may wait (a partition's end offsets) and each
+    record or end of a partition still to read, so a service's watchdog takes a long read for
+    work, not for a loop stuck in a call: each step is bounded, the read as a whole grows with
+    the partitions and what they remember. Each partition is read to the end it had when the
+    read began, and at most ``IDLE_LIMIT_S`` pass without one of them moving on.
 
     Raises:
         KafkaOperationError: a partition could not be read to its end.
     """
     turned = progress or _nothing
     starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
     for p in sorted(set(partitions)):
         low, high = client.get_watermark_offsets(
             TopicPartition(names.state, p), timeout=10, cached=False
         )
         turned()
         if high > low:
-            starts[p] = int(low)
+            starts[p], ends[p] = int(low), int(high)
     if not starts:
         return {}
     reader = Consumer(
@@ -78,25 +82,32 @@ def read_state(
     try:
         todo = set(starts)
         reader.assign([TopicPartition(names.state, p, low) for p, low in starts.items()])
-        idle = 0
+        # Only a partition still to read moving on is progress: records other services go on
+        # writing to a partition read already must not keep a stuck read alive.
+        deadline = time.monotonic() + IDLE_LIMIT_S
         while todo:
             msg = reader.poll(1.0)
-            turned()
             if msg is None:
-                idle += 1
-                if idle > IDLE_LIMIT_S:
+                if time.monotonic() > deadline:
                     raise KafkaOperationError(
                         f"{names.state} partitions {sorted(todo)} not read to their end"
                     )
                 continue
-            idle = 0
+            partition = int(msg.partition() or 0)
             error = msg.error()
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    todo.discard(int(msg.partition() or 0))
-                    continue
-                raise KafkaOperationError(f"reading {names.state}: {error.str()}", error)
-            _apply(found, msg, owner, group_id)
+                if error.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaOperationError(f"reading {names.state}: {error.str()}", error)
+                done = True
+            else:
+                _apply(found, msg, owner, group_id)
+                # the end taken before the read: what is written meanwhile is not waited for
+                done = int(msg.offset() or 0) >= ends[partition] - 1
+            if partition in todo:
+                deadline = time.monotonic() + IDLE_LIMIT_S
+                turned()
+                if done:
+                    todo.discard(partition)
     finally:
         reader.close()
     return found

@@ -228,7 +228,8 @@ class Rebuilder:
     """Rebuilds newly assigned partition pairs for one session, from its op history reader
     and the state topic.
 
-    ``touch`` is called before each partition: a long rebuild is progress, not a hang.
+    ``touch`` is called before each partition and at each step of the state topic's read: a
+    long rebuild is progress, not a hang.
     """
 
     def __init__(
@@ -260,6 +261,7 @@ class Rebuilder:
             self.settings.group_id,
             progress,
             client=consumer,
+            progress=self.touch,
         )
         for txn, (p, value) in remembered.items():
             if isinstance(value, Parked) and p in parked:
