@@ -87,30 +87,42 @@ def read_state(
         deadline = time.monotonic() + IDLE_LIMIT_S
         while todo:
             msg = reader.poll(1.0)
-            if msg is None:
-                if time.monotonic() > deadline:
-                    raise KafkaOperationError(
-                        f"{names.state} partitions {sorted(todo)} not read to their end"
-                    )
-                continue
-            partition = int(msg.partition() or 0)
-            error = msg.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    raise KafkaOperationError(f"reading {names.state}: {error.str()}", error)
-                done = True
-            else:
-                _apply(found, msg, owner, group_id)
-                # the end taken before the read: what is written meanwhile is not waited for
-                done = int(msg.offset() or 0) >= ends[partition] - 1
-            if partition in todo:
-                deadline = time.monotonic() + IDLE_LIMIT_S
-                turned()
-                if done:
-                    todo.discard(partition)
+            if msg is not None:
+                partition, done = _read(found, msg, names.state, owner, group_id, ends)
+                if partition in todo:
+                    deadline = time.monotonic() + IDLE_LIMIT_S
+                    turned()
+                    if done:
+                        todo.discard(partition)
+                    continue
+            if time.monotonic() > deadline:
+                raise KafkaOperationError(
+                    f"{names.state} partitions {sorted(todo)} not read to their end"
+                )
     finally:
         reader.close()
     return found
+
+
+def _read(
+    found: dict[str, tuple[int, StateValue]],
+    msg: Message,
+    topic: str,
+    owner: StateOwner,
+    group_id: str,
+    ends: dict[int, int],
+) -> tuple[int, bool]:
+    """Apply one record (or end-of-partition event); its partition, and whether that partition
+    is read to the end it had when the read began (what is written meanwhile is not waited
+    for; a transaction's commit marker can be the last offset, hence the event too)."""
+    partition = int(msg.partition() or 0)
+    error = msg.error()
+    if error is not None:
+        if error.code() != KafkaError._PARTITION_EOF:
+            raise KafkaOperationError(f"reading {topic}: {error.str()}", error)
+        return partition, True
+    _apply(found, msg, owner, group_id)
+    return partition, int(msg.offset() or 0) >= ends.get(partition, 0) - 1
 
 
 def _nothing() -> None:
