@@ -28,7 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 
 from outbox.protocol.state import CheckCount, StateOwner
 from outbox.protocol.topics import TopicNames
-from outbox.state_log import read_state
+from outbox.state_log import no_progress, read_state
 
 log = logging.getLogger("checker")
 
@@ -77,7 +77,7 @@ def starts(
     """
     numbers = sorted(set(partitions))
     wanted = [TopicPartition(t, p) for p in numbers for t in (names.half, names.op)]
-    turned = progress or _nothing
+    turned = progress or no_progress
     committed = {(tp.topic, tp.partition): tp for tp in consumer.committed(wanted, 30)}
     turned()
     for tp in committed.values():
@@ -119,10 +119,6 @@ def _offsets_for_times(
             turned()
         found[tp.partition] = int(tp.offset)
     return found
-
-
-def _nothing() -> None:
-    return None
 
 
 def restore_counts(

@@ -54,7 +54,7 @@ def read_state(
     Raises:
         KafkaOperationError: a partition could not be read to its end.
     """
-    turned = progress or _nothing
+    turned = progress or no_progress
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
     for p in sorted(set(partitions)):
@@ -125,7 +125,8 @@ def _read(
     return partition, int(msg.offset() or 0) >= ends.get(partition, 0) - 1
 
 
-def _nothing() -> None:
+def no_progress() -> None:
+    """The ``progress`` of a caller that has no watchdog to tell."""
     return None
 
 
