@@ -1,4 +1,4 @@
-"""The OpenTelemetry API as the producer uses it: the spans around a half send, the local
+"""The OpenTelemetry API as the outbox uses it: the spans around a half send, the local
 COMMIT, a listener's local transaction and the op record, and reading a trace context back from
 a record's headers (for the relay's and the checker's links).
 
@@ -74,10 +74,11 @@ class Otel:
     def configured(self) -> bool:
         """Whether spans go to a tracer provider, not the API's placeholder for one.
 
-        Until an SDK is configured (or :func:`use_tracer_provider` named one), the API's spans
-        record nothing, and the context a send carries is the caller's whether a span is
-        started or not: the producer's spans are skipped then, which saves the hot path some
-        6 us per send (of 12; docs/tracing.md, "Cost"), and the caller's context still goes on.
+        Until an SDK is configured (or :func:`outbox.tracing.use_tracer_provider` named one),
+        the API's spans record nothing, and the context a send carries is the caller's whether a
+        span is started or not: the producer's spans are skipped then, which saves the hot path
+        some 6 us per send (of 12; docs/tracing.md, "Cost"), and the caller's context still
+        goes on.
         """
         return self._provider is not None or not isinstance(
             self._trace.get_tracer_provider(), self._placeholder

@@ -1,7 +1,7 @@
 """What the outbox's spans are called and carry: span names, attribute keys, and the attributes
 of the producer's spans (docs/tracing.md lists them).
 
-Apart from :mod:`outbox.otel` and :mod:`outbox.tracing` so that the relay's and the checker's
+Separate from :mod:`outbox.otel` and :mod:`outbox.tracing` so that the relay's and the checker's
 spans and the tests read one spelling of each; importing this module imports nothing of
 OpenTelemetry.
 """
