@@ -1,29 +1,32 @@
 """The end offsets of the half partitions a checker reads to their end before it writes a COMMIT.
 
-Asked of the admin client first (one ListOffsets request per leader). A partition it cannot
-answer for is asked of the checker's own consumer, one partition at a time: on a three-broker
-cluster whose leaders moved under kill -9, librdkafka's admin client kept answering
+Asked of the admin client first (one ListOffsets request per leader, read uncommitted). A
+partition it cannot answer for is asked of a consumer, one partition at a time: on a
+three-broker cluster whose leaders moved under kill -9, librdkafka's admin client kept answering
 ``FENCED_LEADER_EPOCH`` ("Leader epoch is older than broker epoch") for 15 minutes - its cached
 leader epoch was never refreshed - and a checker that asked it alone never applied its answers,
 leaving transactions whose op was lost undelivered (docs/clusters.md). The consumer's metadata
-follows leadership changes, as the relay's watermark queries show.
+follows leadership changes, as the relay's watermark queries show. Not the checker's own
+consumer: it reads committed, and would answer with the last stable offset, below half records
+acknowledged after a Kafka transaction still open (``outbox.watermarks``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from outbox.logs import fields
+from outbox.watermarks import Watermarks
 
 log = logging.getLogger("checker")
 
 
 def end_offsets(
     admin: AdminClient | None,
-    consumer: Consumer,
+    watermarks: Watermarks,
     topic: str,
     partitions: set[int],
     timeout: float,
@@ -48,9 +51,7 @@ def end_offsets(
     admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
     for p in sorted(partitions - ends.keys()):
         try:
-            _, high = consumer.get_watermark_offsets(
-                TopicPartition(topic, p), timeout=timeout, cached=False
-            )
+            _, high = watermarks.query(topic, p, timeout=timeout)
         except KafkaException as err:
             log.warning(
                 "end offset of %s [%d] not known: %s",
@@ -60,5 +61,5 @@ def end_offsets(
                 extra=fields(topic=topic, partition=p),
             )
             continue
-        ends[p] = int(high)
+        ends[p] = high
     return ends

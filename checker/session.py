@@ -42,6 +42,7 @@ from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
 from outbox.service_health import Health
+from outbox.watermarks import Watermarks
 
 log = logging.getLogger("checker")
 
@@ -108,6 +109,7 @@ class Session:
         )
         self.instances = LiveInstances(config, self.names.registry, settings.registry_ttl_s)
         self.fetcher = HalfFetcher(config, self.names.half)
+        self.watermarks = Watermarks(config)
         #: None once the session has ended (:meth:`run` lets go of it).
         self.admin: AdminClient | None = AdminClient(log_to_python(config))
         self.pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
@@ -156,7 +158,13 @@ class Session:
             # admin client would stay connected and log a stopped broker's refused reconnects.
             self.admin = None
             close_each(
-                (self.writer.close, self.consumer.close, self.instances.close, self.fetcher.close),
+                (
+                    self.writer.close,
+                    self.consumer.close,
+                    self.instances.close,
+                    self.fetcher.close,
+                    self.watermarks.close,
+                ),
                 log,
             )
 
@@ -277,7 +285,7 @@ class Session:
         before the answer, so all of them lie below the half partition's high-watermark now
         (asked once per round, for every partition at once).
         """
-        ends = end_offsets(self.admin, self.consumer, self.names.half, partitions, timeout=10)
+        ends = end_offsets(self.admin, self.watermarks, self.names.half, partitions, timeout=10)
         if len(ends) < len(partitions):
             return False
         deadline = time.monotonic() + 10

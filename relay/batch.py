@@ -20,6 +20,7 @@ from prometheus_client import Histogram
 
 from outbox.fetch import HalfFetcher
 from outbox.service_health import Health
+from outbox.watermarks import Watermarks
 from relay.accounting import Accounting
 from relay.actions import Batch, Need
 from relay.log_ends import LogEnds
@@ -59,6 +60,7 @@ class BatchCommitter:
         producer: Producer,
         consumer: Consumer,
         fetcher: HalfFetcher,
+        watermarks: Watermarks,
         topics: Topics,
         writer: Writer,
         refusals: Refusals,
@@ -73,6 +75,7 @@ class BatchCommitter:
         self.producer = producer
         self.consumer = consumer
         self.fetcher = fetcher
+        self.watermarks = watermarks
         self.writer = writer
         self.refusals = refusals
         self.ends = ends
@@ -128,7 +131,9 @@ class BatchCommitter:
                 int(time.time() * 1000),
                 put_back_after_ms=int(self.settings.put_back_after_s * 1000),
                 log_end=self.ends.log_end(self.consumer, partition),
-                verified_end=self.ends.verified_end(self.consumer, partition, state),
+                verified_end=self.ends.verified_end(
+                    self.consumer, self.watermarks, partition, state
+                ),
                 promotable=self._promotable,
                 unmovable=self.writer.unmovable,
             )

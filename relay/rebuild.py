@@ -26,6 +26,7 @@ from outbox.protocol.op import OpRecord, decode_op
 from outbox.protocol.state import Parked, StateOwner
 from outbox.protocol.states import TERMINAL_STATES, OpState
 from outbox.state_log import read_state
+from outbox.watermarks import Watermarks
 from relay.progress import Progress
 from relay.settings import RelaySettings
 from relay.state import PartitionState
@@ -239,8 +240,10 @@ class Rebuilder:
         touch: Callable[[], None],
         *,
         config: dict[str, Any],
+        watermarks: Watermarks,
     ) -> None:
         self.history = history
+        self.watermarks = watermarks
         self.settings = settings
         self.touch = touch
         self.config = config
@@ -249,8 +252,8 @@ class Rebuilder:
     def rebuild(
         self, consumer: Consumer, progress: dict[int, Progress]
     ) -> dict[int, PartitionState]:
-        """The states of partition pairs committed as ``progress``; ``consumer`` says where
-        their half partitions start and end now."""
+        """The states of partition pairs committed as ``progress`` (the watermarks client says
+        where their half partitions start and end now)."""
         if not progress:
             return {}
         parked: dict[int, dict[str, OpRecord]] = {p: {} for p in progress}
@@ -269,9 +272,9 @@ class Rebuilder:
         states = {}
         for p, at in progress.items():
             self.touch()
-            low, end = consumer.get_watermark_offsets(
-                TopicPartition(self._half, p), timeout=10, cached=False
-            )
+            # the high watermark: copies put back in a transaction still open lie below it,
+            # above the last stable offset the read_committed consumer would answer with
+            low, end = self.watermarks.query(self._half, p, timeout=10)
             if at.half_offset < low:
                 log.error(
                     "%s[%d]: offsets %d..%d were removed by retention before the relay read "

@@ -21,6 +21,7 @@ from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
 from outbox.reading import consume_ready
 from outbox.service_health import Health
+from outbox.watermarks import Watermarks
 from relay.accounting import Accounting
 from relay.batch import BatchCommitter
 from relay.clients import admin_config, base_config, consumer_config, producer_config
@@ -84,13 +85,16 @@ class Session:
         producer = Producer(log_to_python(producer_config(settings)))
         history = OpHistory(config, self.names.op)
         fetcher = HalfFetcher(config, self.names.half)
+        watermarks = Watermarks(config)
         topics = TopicCache(
             admin_config(settings),
             refresh_s=settings.topic_refresh_s,
             auto_create=settings.auto_create_topics,
             auto_create_partitions=settings.auto_create_partitions,
         )
-        rebuilder = Rebuilder(history, settings, self.health.touch, config=config)
+        rebuilder = Rebuilder(
+            history, settings, self.health.touch, config=config, watermarks=watermarks
+        )
         rebalance = Rebalance(
             settings,
             self.partitions,
@@ -117,6 +121,7 @@ class Session:
                 producer=producer,
                 consumer=consumer,
                 fetcher=fetcher,
+                watermarks=watermarks,
                 topics=topics,
                 writer=self.writer,
                 refusals=self.refusals,
@@ -130,7 +135,13 @@ class Session:
             rebalance.close()
             self.flow_control.clear()
             close_each(
-                (None if consumer is None else consumer.close, history.close, fetcher.close), log
+                (
+                    None if consumer is None else consumer.close,
+                    history.close,
+                    fetcher.close,
+                    watermarks.close,
+                ),
+                log,
             )
             # the producer's librdkafka handle goes with the object
 

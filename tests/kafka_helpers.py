@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -59,6 +59,18 @@ def set_topic_config(
             )
         time.sleep(0.01)
     time.sleep(0.1)
+
+
+def open_transaction(bootstrap: str, topic: str, partition: int = 0) -> Producer:
+    """A Kafka transaction left open on ``topic``'s ``partition``: one record written, neither
+    committed nor aborted (a relay's put-back copies before it commits, or a relay that died
+    mid-transaction). The caller aborts it with the producer returned."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("open")})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"in an open transaction", partition=partition)
+    assert producer.flush(30) == 0
+    return producer
 
 
 _SETTLING = {

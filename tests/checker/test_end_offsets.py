@@ -2,19 +2,22 @@
 from its consumer when the admin client cannot give them: on a three-broker cluster under kill
 -9, librdkafka's admin client answered FENCED_LEADER_EPOCH for 15 minutes and a checker that
 asked only it never applied its answers (docs/clusters.md). Here the admin client that cannot
-answer is one whose broker is gone."""
+answer is one whose broker is gone. Either way the end is the high watermark, past a Kafka
+transaction still open (a relay's put-back copies): the checker's own read_committed consumer
+would stop at it, before half records acknowledged after it."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from checker.end_offsets import end_offsets
 from outbox.kafka_logging import log_to_python
-from tests.kafka_helpers import create_topic, unique
+from outbox.watermarks import Watermarks
+from tests.kafka_helpers import create_topic, open_transaction, unique
 
 pytestmark = pytest.mark.integration
 
@@ -32,27 +35,48 @@ def topic(kafka_bootstrap: str) -> str:
 
 
 @pytest.fixture
-def consumer(kafka_bootstrap: str) -> Iterator[Consumer]:
-    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique("checker")})
-    yield consumer
-    consumer.close()
+def watermarks(kafka_bootstrap: str) -> Iterator[Watermarks]:
+    client = Watermarks({"bootstrap.servers": kafka_bootstrap})
+    yield client
+    client.close()
 
 
-def test_end_offsets_come_from_the_admin_client(
-    kafka_bootstrap: str, topic: str, consumer: Consumer
-) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    assert end_offsets(admin, consumer, topic, {0, 1}, timeout=10) == {0: 3, 1: 0}
-
-
-def test_partitions_the_admin_client_cannot_answer_for_are_asked_of_the_consumer(
-    topic: str, consumer: Consumer
-) -> None:
-    # Given an admin client whose every request fails (no broker answers at its address)
-    gone = AdminClient(
+@pytest.fixture
+def gone() -> AdminClient:
+    """An admin client whose every request fails (no broker answers at its address)."""
+    return AdminClient(
         log_to_python(
             {"bootstrap.servers": "127.0.0.1:9", "socket.connection.setup.timeout.ms": 1000}
         )
     )
-    # When the ends are asked, Then the consumer gives them
-    assert end_offsets(gone, consumer, topic, {0, 1}, timeout=3) == {0: 3, 1: 0}
+
+
+def test_end_offsets_come_from_the_admin_client(
+    kafka_bootstrap: str, topic: str, watermarks: Watermarks
+) -> None:
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    assert end_offsets(admin, watermarks, topic, {0, 1}, timeout=10) == {0: 3, 1: 0}
+
+
+def test_partitions_the_admin_client_cannot_answer_for_are_asked_of_a_consumer(
+    topic: str, watermarks: Watermarks, gone: AdminClient
+) -> None:
+    # Given an admin client that cannot answer, When the ends are asked, Then a consumer gives them
+    assert end_offsets(gone, watermarks, topic, {0, 1}, timeout=3) == {0: 3, 1: 0}
+
+
+@pytest.mark.parametrize("admin_answers", [True, False])
+def test_the_end_lies_past_a_transaction_still_open(
+    kafka_bootstrap: str, topic: str, watermarks: Watermarks, gone: AdminClient, admin_answers: bool
+) -> None:
+    # Given a Kafka transaction open on partition 1 and a half record acknowledged after it
+    opened = open_transaction(kafka_bootstrap, topic, partition=1)
+    try:
+        producer = Producer({"bootstrap.servers": kafka_bootstrap})
+        producer.produce(topic, b"x", partition=1)
+        assert producer.flush(30) == 0
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap}) if admin_answers else gone
+        # Then the end is past both, not the open transaction's first offset
+        assert end_offsets(admin, watermarks, topic, {0, 1}, timeout=3) == {0: 3, 1: 2}
+    finally:
+        opened.abort_transaction(30)

@@ -23,7 +23,7 @@ from sqlalchemy.orm import sessionmaker
 from outbox import OutboxProducer, OutboxSettings, ensure_topics
 from tests.checker.audit.seeded import fresh_database
 from tests.checker.test_checker import SECRET
-from tests.kafka_helpers import unique
+from tests.kafka_helpers import read_partition, unique
 from tests.producer_fixtures import orders, orders_metadata
 from tests.relay.test_relay import read_topic
 
@@ -32,7 +32,11 @@ class Declined(Exception):
     pass
 
 
-def create_replicated_topic(bootstrap: str, name: str, partitions: int = 3) -> None:
+#: Partitions of the real topic.
+PARTITIONS = 3
+
+
+def create_replicated_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
     """A topic at the cluster's default replication factor (3) and min ISR (2)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, partitions, replication_factor=-1)])[name].result(30)
@@ -209,3 +213,23 @@ def final_check(bootstrap: str, load: OrderLoad) -> dict[str, int]:
         "delivered_after_rollback": len(set(seen) - expected),
         "keys_out_of_order": sum(1 for ns in per_key.values() if ns != sorted(ns)),
     }
+
+
+def unread(bootstrap: str, load: OrderLoad) -> str:
+    """The committed messages a read_committed read of the topic misses now, and which of them
+    are in its log all the same (read uncommitted): written in a Kafka transaction not
+    committed (yet), rather than never written - late or aborted, not the relay's decision."""
+    missing = load.committed() - {m.value().decode() for m in read_topic(bootstrap, load.topic)}
+    if not missing:
+        return "none"
+    in_log = {
+        value.decode()
+        for p in range(PARTITIONS)
+        for value in read_partition(
+            bootstrap, load.topic, partition=p, isolation="read_uncommitted"
+        )
+    }
+    return (
+        f"{len(missing)}, some: {sorted(missing)[:5]}; of those in the log read uncommitted: "
+        f"{len(missing & in_log)}"
+    )

@@ -27,7 +27,7 @@ from checker.audit.findings import FINDINGS
 from outbox.testing.kafka_cluster import KafkaCluster
 from tests.checker.processes import CheckerProcess
 from tests.kafka_helpers import unique
-from tests.relay.cluster_load import OrderLoad, Reader, final_check
+from tests.relay.cluster_load import OrderLoad, Reader, final_check, unread
 from tests.relay.harness import RelayProcess, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -103,6 +103,13 @@ def missing(load: OrderLoad, reader: Reader, committed: set[str]) -> str:
     )
 
 
+def dead_lettering(log: Path) -> str:
+    """The relay log's lines about dead letters (a rejected COMMIT is a transaction never
+    delivered)."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return "\n".join(line for line in lines if "dead-letter" in line) or "none"
+
+
 def stall_report(
     err: AssertionError,
     load: OrderLoad,
@@ -114,7 +121,8 @@ def stall_report(
     each relay's and checker's metrics and threads' stacks at that moment."""
     load.stop()
     relay_states = "\n".join(
-        f"{relay.name} metrics:\n{relay.metrics()}\n{relay.name} stacks:\n{relay.stacks()}"
+        f"{relay.name} metrics:\n{relay.metrics()}\n{relay.name} stacks:\n{relay.stacks()}\n"
+        f"{relay.name} dead letters:\n{dead_lettering(relay.log)}"
         for relay in relays
     )
     checker_states = "\n".join(
@@ -214,7 +222,11 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
         reader.stop()
         load.close()
     counts = final_check(cluster.bootstrap, load)
+    # Messages missing now may still come (a transaction's markers written late): read again
+    # after the audit, which also reads the topic a minute later
+    unread_then = unread(cluster.bootstrap, load) if counts["lost"] else "none"
     code, findings = audit(cluster.bootstrap, load, tmp_path / "audit")
+    unread_later = unread(cluster.bootstrap, load) if counts["lost"] else "none"
     skips = cluster.logs().count(SKIPPED)
     print(
         f"Kafka {cluster.version}, {len(cluster.nodes)} brokers, RF 3, min ISR 2: "
@@ -223,13 +235,16 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
         f"checker stuck exits {[c.stuck_exits for c in checkers]}; "
         f"KAFKA-20734 skip lines in broker logs: {skips}\n" + "\n".join(report)
     )
-    assert not stalled, f"{stalled}\nfinal read of the topic: {counts}\naudit: {findings}"
+    assert not stalled, (
+        f"{stalled}\nfinal read of the topic: {counts}; committed messages not read: "
+        f"{unread_then}; after the audit: {unread_later}\naudit: {findings}"
+    )
     assert counts["committed"] > 1000, counts
     assert {k: v for k, v in counts.items() if k != "committed"} == {
         "lost": 0,
         "duplicated": 0,
         "delivered_after_rollback": 0,
         "keys_out_of_order": 0,
-    }
+    }, f"committed messages not read: {unread_then}; after the audit: {unread_later}"
     assert findings == dict.fromkeys(FINDINGS, 0), findings
     assert code == EXIT_CLEAN
