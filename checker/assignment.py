@@ -29,6 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPar
 from outbox.protocol.state import CheckCount, StateOwner
 from outbox.protocol.topics import TopicNames
 from outbox.state_log import no_progress, read_state
+from outbox.watermarks import Watermarks
 
 log = logging.getLogger("checker")
 
@@ -127,18 +128,24 @@ def restore_counts(
     group_id: str,
     partitions: Iterable[int],
     *,
-    client: Consumer,
+    watermarks: Watermarks,
     progress: Callable[[], None] | None = None,
 ) -> dict[str, tuple[int, CheckCount]]:
     """The check counts this checker group keeps on the state topic for ``partitions``:
-    txn id -> (partition, count). ``client`` tells where the state partitions end;
+    txn id -> (partition, count). ``watermarks`` tells where the state partitions end;
     ``progress`` is called after each step of the read (:func:`outbox.state_log.read_state`).
 
     Raises:
         KafkaOperationError: a partition could not be read to its end.
     """
     found = read_state(
-        config, names, StateOwner.CHECKER, group_id, partitions, client=client, progress=progress
+        config,
+        names,
+        StateOwner.CHECKER,
+        group_id,
+        partitions,
+        watermarks=watermarks,
+        progress=progress,
     )
     return {
         txn: (partition, value)

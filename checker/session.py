@@ -184,7 +184,7 @@ class Session:
                 self.names,
                 self.settings.group_id,
                 numbers,
-                client=consumer,
+                watermarks=self.watermarks,
                 progress=turned,
             )
             self.tracker.restored.update(counts)

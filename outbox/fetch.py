@@ -93,8 +93,9 @@ class HalfFetcher:
                         if int(msg.offset() or 0) > last:
                             return found
                         # Below offsets known to exist: a high watermark restored from its
-                        # checkpoint after a broker restart. "Not found" would reject the
-                        # transaction; wait for the broker instead.
+                        # checkpoint after a broker restart, or the last stable offset before
+                        # a Kafka transaction still open (a relay's put-back copies). "Not
+                        # found" would reject the transaction; wait for the broker instead.
                         idle += 1
                         if idle > self.timeout_s:
                             raise KafkaOperationError(

@@ -20,10 +20,12 @@ from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 from outbox.protocol.state import StateOwner, StateValue, decode_state
 from outbox.protocol.topics import TopicNames
+from outbox.watermarks import Watermarks
 
 log = logging.getLogger("outbox.state")
 
-#: Seconds without a record of a partition still to read before the read gives up.
+#: Seconds without a record of a partition still to read before the read gives up (a Kafka
+#: transaction another relay or checker left open holds the read up to its transaction timeout).
 IDLE_LIMIT_S = 30
 
 
@@ -34,22 +36,28 @@ def read_state(
     group_id: str,
     partitions: Iterable[int],
     *,
-    client: Consumer,
+    watermarks: Watermarks,
     progress: Callable[[], None] | None = None,
+    idle_limit_s: float = IDLE_LIMIT_S,
 ) -> dict[str, tuple[int, StateValue]]:
     """What ``owner``'s group ``group_id`` remembers for ``partitions``: txn id -> (partition,
     latest value), tombstoned ones left out. ``config`` is the client configuration (bootstrap
     servers, security).
 
-    ``client``, the caller's own consumer, tells where the partitions start and end: a reader
-    of its own is opened only when one of them holds a record (it costs a group-less client's
-    start-up, on every assignment, which a state topic with nothing to remember need not pay).
+    ``watermarks`` tells where the partitions start and end: a reader of its own is opened only
+    when one of them holds a record (it costs a group-less client's start-up, on every
+    assignment, which a state topic with nothing to remember need not pay). The end is the high
+    watermark: relays and checkers write to the same partitions, each in its own Kafka
+    transactions, and records committed after another's transaction still open (a checker
+    killed in a round, until its transaction times out) lie past the last stable offset, where
+    a read_committed read stops until that transaction ends. The read waits for it rather than
+    leave them out (a Parked record or a tombstone missed would repeat or forget a decision).
 
     ``progress`` is called after each step that may wait (a partition's end offsets) and each
     record or end of a partition still to read, so a service's watchdog takes a long read for
     work, not for a loop stuck in a call: each step is bounded, the read as a whole grows with
     the partitions and what they remember. Each partition is read to the end it had when the
-    read began, and at most ``IDLE_LIMIT_S`` pass without one of them moving on.
+    read began, and at most ``idle_limit_s`` pass without one of them moving on.
 
     Raises:
         KafkaOperationError: a partition could not be read to its end.
@@ -58,12 +66,10 @@ def read_state(
     starts: dict[int, int] = {}
     ends: dict[int, int] = {}
     for p in sorted(set(partitions)):
-        low, high = client.get_watermark_offsets(
-            TopicPartition(names.state, p), timeout=10, cached=False
-        )
+        low, high = watermarks.query(names.state, p, timeout=10)
         turned()
         if high > low:
-            starts[p], ends[p] = int(low), int(high)
+            starts[p], ends[p] = low, high
     if not starts:
         return {}
     reader = Consumer(
@@ -84,20 +90,23 @@ def read_state(
         reader.assign([TopicPartition(names.state, p, low) for p, low in starts.items()])
         # Only a partition still to read moving on is progress: records other services go on
         # writing to a partition read already must not keep a stuck read alive.
-        deadline = time.monotonic() + IDLE_LIMIT_S
+        deadline = time.monotonic() + idle_limit_s
         while todo:
             msg = reader.poll(1.0)
             if msg is not None:
                 partition, done = _read(found, msg, names.state, owner, group_id, ends)
                 if partition in todo:
-                    deadline = time.monotonic() + IDLE_LIMIT_S
+                    deadline = time.monotonic() + idle_limit_s
                     turned()
                     if done:
                         todo.discard(partition)
                     continue
             if time.monotonic() > deadline:
                 raise KafkaOperationError(
-                    f"{names.state} partitions {sorted(todo)} not read to their end"
+                    f"{names.state} partitions {sorted(todo)} not read to their ends "
+                    f"{ {p: ends[p] for p in sorted(todo)} } in {idle_limit_s:g} s: a Kafka "
+                    "transaction another relay or checker left open holds them until it "
+                    "commits or times out (the read is tried again)"
                 )
     finally:
         reader.close()
@@ -114,13 +123,14 @@ def _read(
 ) -> tuple[int, bool]:
     """Apply one record (or end-of-partition event); its partition, and whether that partition
     is read to the end it had when the read began (what is written meanwhile is not waited
-    for; a transaction's commit marker can be the last offset, hence the event too)."""
+    for; a transaction's commit marker can be the last offset, hence the event too). An end of
+    partition below that end is the last stable offset: a transaction is open there."""
     partition = int(msg.partition() or 0)
     error = msg.error()
     if error is not None:
         if error.code() != KafkaError._PARTITION_EOF:
             raise KafkaOperationError(f"reading {topic}: {error.str()}", error)
-        return partition, True
+        return partition, int(msg.offset() or 0) >= ends.get(partition, 0)
     _apply(found, msg, owner, group_id)
     return partition, int(msg.offset() or 0) >= ends.get(partition, 0) - 1
 

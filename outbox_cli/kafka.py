@@ -89,7 +89,9 @@ class Reader:
         self.close()
 
     def ends(self, topic: str, partitions: Iterable[int]) -> dict[int, tuple[int, int]]:
-        """Low and high watermark of each partition."""
+        """Log start and end of each partition, the end as this read_committed reader can
+        reach it: the last stable offset (the high watermark but for a Kafka transaction still
+        open there, whose records the reader cannot read yet)."""
         found = {}
         for p in partitions:
             low, high = self._call(

@@ -263,7 +263,7 @@ class Rebuilder:
             StateOwner.RELAY,
             self.settings.group_id,
             progress,
-            client=consumer,
+            watermarks=self.watermarks,
             progress=self.touch,
         )
         for txn, (p, value) in remembered.items():

@@ -68,8 +68,15 @@ def open_transaction(bootstrap: str, topic: str, partition: int = 0) -> Producer
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": unique("open")})
     producer.init_transactions(30)
     producer.begin_transaction()
-    producer.produce(topic, b"in an open transaction", partition=partition)
-    assert producer.flush(30) == 0
+    errors: list[object] = []
+    producer.produce(
+        topic,
+        b"in an open transaction",
+        b"open",  # a key: compacted topics refuse records without one
+        partition=partition,
+        on_delivery=lambda err, _msg: errors.append(err),
+    )
+    assert producer.flush(30) == 0 and errors == [None], errors
     return producer
 
 

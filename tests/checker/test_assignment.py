@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from checker.assignment import progress_metadata, restore_counts, starts
 from outbox import OutboxSettings
 from outbox.protocol.state import CheckCount, StateKey, StateOwner, encode_state
+from outbox.watermarks import Watermarks
 from tests.kafka_helpers import unique
 
 pytestmark = pytest.mark.integration
@@ -30,6 +31,7 @@ def test_each_broker_call_of_an_assignment_counts_as_the_loop_turning(
             writer.produce(names.state, value, key, partition=p)
     assert writer.flush(30) == 0
     consumer = Consumer({**config, "group.id": group, "enable.auto.commit": False})
+    watermarks = Watermarks(config)
     try:
         progress = [
             TopicPartition(names.half, 1, 0),
@@ -42,10 +44,16 @@ def test_each_broker_call_of_an_assignment_counts_as_the_loop_turning(
             consumer, names, [0, 1, 2], slack_ms=0, progress=lambda: turns.append("starts")
         )
         restored = restore_counts(
-            config, names, group, [0, 1, 2], client=consumer, progress=lambda: turns.append("state")
+            config,
+            names,
+            group,
+            [0, 1, 2],
+            watermarks=watermarks,
+            progress=lambda: turns.append("state"),
         )
     finally:
         consumer.close()
+        watermarks.close()
 
     assert found[1].half_offset == 0 and found[1].op_offset == 0  # the floor's offset: the end
     assert {p for p, start in found.items() if start.half_offset < 0} == {0, 2}  # the beginning
