@@ -18,7 +18,7 @@ help:
 	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
 	@echo "make test-cluster-newest - the three-broker fault test on the newest Kafka release"
-	@echo "make bench     - ours vs commit-then-publish vs table outbox vs Debezium, with ceilings (~1 h; updates README)"
+	@echo "make bench     - ours vs commit-then-publish vs table outbox vs Debezium, with ceilings (~2 h on 2 cores; updates README)"
 	@echo "make bench-quick - a smoke run of every benchmark scenario (minutes; figures are not results)"
 	@echo "make bench-audit - the Spark audit of 1,000,000 generated transactions on local[2] (~15 min)"
 	@echo "make lint      - ruff check, ruff format --check, mypy"

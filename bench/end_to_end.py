@@ -101,15 +101,21 @@ def measure(pipeline: Pipeline, rate: float, seconds: float, workers: int) -> di
     }
 
 
-#: Baseline C's worker runs load this long before its first figure: a JVM measured right after
-#: its start is JIT-cold, which a Connect worker running for days is not. Tried on a loaded
-#: 2-core machine: 20 s at 400/s, then 100/s had a p50 of ~280 ms, against 824-1,154 ms right
-#: after the start with the usual 3 s warm-up (docs/benchmarks.md, "Baseline C").
-JIT_WARMUP_S = 20.0
+#: Every pipeline runs load this long before its first figure. A JVM measured right after its
+#: start is JIT-cold, which a broker or a Connect worker running for days is not: C's worker had
+#: a p50 of ~280 ms at 100/s after 20 s at 400/s, against 824-1,154 ms right after its start
+#: with the usual 3 s warm-up. The broker is warm for the load of the scenario before (the
+#: relay's backlogs), not for this one's small Kafka transactions, and whichever pipeline came
+#: first paid for the difference: on a broker started for this scenario alone, its C2 compiler
+#: threads used 0.52 of a core through ours' first 25 s at 100/s and faded to ~0.04 after
+#: ~90 s, the broker's cores falling from 1.31 to 0.55-0.60 and ours' p99 from 392 to ~50-80
+#: ms; B, measured after ours, never met it (docs/benchmarks.md, "End to end: the broker's
+#: JIT"). So every pipeline gets the same warm-up, at the same load.
+JIT_WARMUP_S = 60.0
 
 
 def jit_warmup(pipeline: Pipeline, config: BenchConfig) -> None:
-    """Load the just-started Connect worker for :data:`JIT_WARMUP_S` (at most 500 txn/s)."""
+    """Load the just-started pipeline for :data:`JIT_WARMUP_S` (at most 500 txn/s)."""
     measure(pipeline, min(500, max(config.loads)), jit_seconds(config), config.e2e_workers)
 
 
@@ -132,8 +138,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
             pipeline = Pipeline(services, ctx, db, impl, config)
             try:
                 pipeline.start()
-                if impl == "baseline_c":
-                    jit_warmup(pipeline, config)
+                jit_warmup(pipeline, config)
                 for rate in config.loads:
                     metrics = repeat(
                         functools.partial(
@@ -155,8 +160,8 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         f"{config.seconds:.0f} s per run; one relay process "
         f"(ours: defaults; B: polling interval {config.poll_interval_s * 1000:.0f} ms, batches of "
         f"{config.b_batch}; C: Debezium's connector, poll.interval.ms "
-        f"{config.poll_interval_s * 1000:.0f}, on PostgreSQL only, after "
-        f"{jit_seconds(config):.0f} s of load for its JVM's JIT). "
+        f"{config.poll_interval_s * 1000:.0f}, on PostgreSQL only). Each pipeline ran "
+        f"{jit_seconds(config):.0f} s of load before its first figure (its JVMs' JIT). "
         "'undelivered': committed but not visible within the drain time; "
         "'not issued': scheduled in the window while every worker was busy. "
         f"'busy cores': the machine's, of {os.cpu_count()}, while the load ran; the JSON splits "
