@@ -256,7 +256,22 @@ class KafkaIO:
                 error,
                 reason=HalfSendError.REFUSED,
             )
-        return [o for o in waiter.offsets if o is not None]
+        offsets = [o for o in waiter.offsets if o is not None]
+        if len(offsets) < len(waiter.offsets):
+            # Delivered, but where? librdkafka reports a produce it retried and the broker had
+            # already written (its first answer lost to a leader change: DUPLICATE_SEQUENCE_NUMBER
+            # on the retry) as delivered at an unknown offset. A COMMIT naming fewer records
+            # than were sent would deliver less than the transaction committed, so this attempt
+            # failed: the batch goes again, and the copies of this one stay unnamed (as after a
+            # timeout) - the relay and the checker never deliver a record no op names.
+            raise HalfSendError(
+                f"half message(s) of transaction {batch.txn_id} acknowledged without an offset "
+                f"({len(waiter.offsets) - len(offsets)} of {len(waiter.offsets)}: a produce "
+                "librdkafka retried and the broker already had); no op could name them, so the "
+                "attempt failed (retried up to send_attempts)",
+                reason=HalfSendError.ERROR,
+            )
+        return offsets
 
     def _produce(
         self,

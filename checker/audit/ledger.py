@@ -156,8 +156,11 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
 
     ``in_scope``: its first half record is in range; for a transaction with no half record in
     what was read, its first op is. ``expected`` is the COMMIT op's message count, or the count
-    its halves announce where that is more (a COMMIT naming part of a transaction, which the
-    relay refuses, leaves the rest undelivered), else the count the halves announce or show.
+    its halves announce or show where that is more (a COMMIT naming part of a transaction, which
+    the relay refuses, leaves the rest undelivered; a transaction commits only once every send
+    was acknowledged, so each message index on the half topic was committed - a producer that
+    took a delivery report without an offset for none once wrote a COMMIT naming no record),
+    else the count the halves announce or show.
     ``delivered_indices`` lists the messages found on the real topics. ``check_by`` (what
     answers its checks, from its half records) is null for a transaction known only from the
     op topic.
@@ -175,7 +178,8 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
     df = known.join(per_txn, "txn_id", "left")
     expected = F.when(
         F.col("state") == OpState.COMMIT.value,
-        F.greatest(F.col("op_message_count"), F.col("announced_count")),  # greatest skips nulls
+        # greatest skips nulls
+        F.greatest(F.col("op_message_count"), F.col("announced_count"), F.col("messages_seen")),
     ).otherwise(
         F.coalesce(F.col("announced_count"), F.col("messages_seen"), F.col("op_message_count"))
     )

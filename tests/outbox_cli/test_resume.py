@@ -21,7 +21,7 @@ from outbox.protocol import (
 )
 from outbox.protocol.dead_letter import DeadLetterHeader, dead_letter_headers
 from outbox_cli import resume as resume_cmd
-from outbox_cli.errors import RefusedError
+from outbox_cli.errors import CommandError, RefusedError
 from outbox_cli.kafka import Reader, connection
 from tests.outbox_cli.conftest import Cli
 from tests.outbox_cli.records import Writer, read_messages
@@ -299,3 +299,59 @@ def test_two_concurrent_resumes_of_one_transaction_put_it_back_once(
         if m.key() == txn.txn_id.encode() and m.value() is None
     ]
     assert len(markers) == 1
+
+
+class _WithoutOffset:
+    """A delivery report as librdkafka gives it for a produce it retried and the broker had
+    already written: delivered, offset unknown."""
+
+    def __init__(self, msg: Any) -> None:
+        self._msg = msg
+
+    def offset(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._msg, name)
+
+
+def test_a_copy_acknowledged_without_an_offset_aborts_the_resume_and_writes_nothing(
+    outbox_settings: OutboxSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before, the RESUMED op named offset 0 for such a copy: the checker would have fetched
+    whatever record is there, and the real copy would never have been named."""
+    names = outbox_settings.topics
+    bootstrap = outbox_settings.bootstrap_servers
+    writer = Writer(outbox_settings)
+    txn = writer.halves("orders-resume", [b"first", b"second"])
+    writer.give_up(txn)
+    config = connection(bootstrap, {})
+
+    class DuplicateReportingProducer(Producer):
+        def produce(self, *args: Any, **kwargs: Any) -> None:
+            report = kwargs.get("on_delivery")
+            if report is not None and args and args[0] == names.half:
+
+                def without_offset(err: Any, msg: Any) -> None:
+                    report(err, _WithoutOffset(msg) if err is None else msg)
+
+                kwargs["on_delivery"] = without_offset
+            super().produce(*args, **kwargs)
+
+    monkeypatch.setattr(resume_cmd, "Producer", DuplicateReportingProducer)
+    with Reader(config, 30) as reader, pytest.raises(CommandError, match="with its offset"):
+        resume_cmd.resume(config, reader, names, 3, txn.txn_id, slack_s=5, timeout=30)
+
+    # Nothing became visible: no copy, and the latest op is still GIVEN_UP
+    copies = [
+        m
+        for m in read_messages(bootstrap, names.half, txn.partition)
+        if m.key() == txn.txn_id.encode() and Header.ORIGIN_OFFSET.value in headers(m)
+    ]
+    assert copies == []
+    ops = [
+        decode_op(m.key(), m.value())
+        for m in read_messages(bootstrap, names.op, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    assert [o.state for o in ops] == [OpState.GIVEN_UP]

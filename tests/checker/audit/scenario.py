@@ -73,9 +73,12 @@ class Scenario:
         in_range: bool = True,
         check_by: str = CheckBy.EVIDENCE.value,
         txn_id: str | None = None,
+        announced: bool = True,
     ) -> Txn:
         """Half records of a new transaction, all stamped ``at`` (``check_by``: what their
-        ``outbox-check-by`` header says, ``evidence`` when the producer writes none)."""
+        ``outbox-check-by`` header says, ``evidence`` when the producer writes none;
+        ``announced``: whether they carry the message count, as ``send_batch`` and a
+        decorator's batch do and one ``send()`` after another does not)."""
         t = Txn(
             txn_id or new_transaction_id(),
             group,
@@ -94,7 +97,7 @@ class Scenario:
                     topic,
                     k,
                     index,
-                    len(t.keys),
+                    len(t.keys) if announced else None,
                     0,
                     None,
                     partition,

@@ -63,6 +63,33 @@ def test_a_commit_naming_fewer_messages_than_its_halves_announce_leaves_the_rest
     assert found_lost.first().missing_indices == [0, 1]
 
 
+def test_a_commit_naming_fewer_messages_than_its_halves_show_leaves_the_rest_missing(
+    spark,
+) -> None:
+    """Half records sent one ``send()`` at a time announce no count, so only the indexes on the
+    half topic say how many there were. A producer that took a delivery report without an
+    offset for none wrote COMMITs naming fewer records than it had sent (one naming none at all,
+    which the relay dead-letters); the three-broker fault test met it in CI and this audit said
+    lost 0, because the count it expected was the COMMIT's."""
+    sc = Scenario()
+    none_named = sc.txn(1, announced=False)
+    sc.op(none_named, "COMMIT", at=2_000, offsets=[])
+    one_named = sc.txn(2, announced=False)
+    sc.op(one_named, "COMMIT", at=2_000, offsets=one_named.offsets[:1])
+    sc.promote(one_named, [0], at=3_000)
+    whole = sc.txn(2, announced=False)
+    sc.op(whole, "COMMIT", at=2_000)
+    sc.promote(whole, at=3_000)
+    book, _ = sc.ledger(spark)
+
+    found_lost = lost(book, as_of_ms=AS_OF, grace_ms=GRACE)
+    assert ids(found_lost) == {none_named.txn_id}
+    assert found_lost.first().missing_indices == [0]
+    row = partial(book, as_of_ms=AS_OF, grace_ms=GRACE).first()
+    assert row.txn_id == one_named.txn_id
+    assert (row.missing_indices, row.expected, row.delivered) == ([1], 2, 1)
+
+
 def test_phantoms_are_records_without_a_commit_behind_them(spark) -> None:
     sc = Scenario()
     committed = sc.txn()
