@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -135,3 +136,19 @@ def read_partition(
             values.append(msg.value())
     finally:
         consumer.close()
+
+
+class WithoutOffset:
+    """A delivery report as librdkafka gives it for a produce it retried and the broker had
+    already written (DUPLICATE_SEQUENCE_NUMBER on the retry, after a leader change): delivered,
+    offset unknown. One broker does not answer that way on demand, so tests wrap a real
+    report in this."""
+
+    def __init__(self, msg: Any) -> None:
+        self._msg = msg
+
+    def offset(self) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._msg, name)

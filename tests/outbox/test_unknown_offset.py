@@ -12,7 +12,6 @@ the producer librdkafka's real reports with the offset taken out.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -27,25 +26,12 @@ from outbox.acks import Waiter
 from outbox.errors import HalfSendError
 from outbox.protocol import Header
 from outbox.protocol.states import OpState
-from relay import Relay, RelaySettings
-from tests.kafka_helpers import unique
+from relay import RelaySettings
+from tests.kafka_helpers import WithoutOffset, unique
 from tests.producer_fixtures import Topics, order_ids, orders
-from tests.relay.test_relay import read_topic
+from tests.relay.test_relay import RelayThread, read_topic, wait_for
 
 pytestmark = pytest.mark.integration
-
-
-class _WithoutOffset:
-    """A delivery report as librdkafka gives it for a duplicate: delivered, offset unknown."""
-
-    def __init__(self, msg: Any) -> None:
-        self._msg = msg
-
-    def offset(self) -> None:
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._msg, name)
 
 
 def offsets_unknown(monkeypatch: pytest.MonkeyPatch, reports: int) -> None:
@@ -59,7 +45,7 @@ def offsets_unknown(monkeypatch: pytest.MonkeyPatch, reports: int) -> None:
         def on_delivery(err: Any, msg: Any) -> None:
             if err is None and left[0] > 0:
                 left[0] -= 1
-                msg = _WithoutOffset(msg)
+                msg = WithoutOffset(msg)
             report(err, msg)
 
         return on_delivery
@@ -97,7 +83,7 @@ def test_a_half_record_acknowledged_without_an_offset_is_sent_again_and_delivere
         f"{order_id}/1".encode(),
     ]
 
-    relay = Relay(
+    running = RelayThread(
         RelaySettings(
             bootstrap_servers=kafka_bootstrap,
             topic_prefix=outbox_settings.topic_prefix,
@@ -105,23 +91,18 @@ def test_a_half_record_acknowledged_without_an_offset_is_sent_again_and_delivere
             auto_create_topics=True,
         )
     )
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(read_topic(kafka_bootstrap, topic)) < 2:
-            time.sleep(0.5)
+        wait_for(lambda: len(read_topic(kafka_bootstrap, topic)) >= 2, 60)
         time.sleep(1)  # a repeat would have come by now
         delivered = read_topic(kafka_bootstrap, topic)
     finally:
-        relay.close()
-        thread.join(30)
+        running.stop()
     assert sorted(m.value() for m in delivered) == [
         f"{order_id}/0".encode(),
         f"{order_id}/1".encode(),
     ]
     assert {dict(m.headers())[Header.TXN_ID].decode() for m in delivered} == {txn.txn_id}
-    assert relay.accounting.dead_lettered == 0
+    assert running.relay.accounting.dead_lettered == 0
 
 
 def test_a_send_never_acknowledged_with_an_offset_fails_and_nothing_commits(

@@ -23,6 +23,7 @@ from outbox.protocol.dead_letter import DeadLetterHeader, dead_letter_headers
 from outbox_cli import resume as resume_cmd
 from outbox_cli.errors import CommandError, RefusedError
 from outbox_cli.kafka import Reader, connection
+from tests.kafka_helpers import WithoutOffset
 from tests.outbox_cli.conftest import Cli
 from tests.outbox_cli.records import Writer, read_messages
 
@@ -301,20 +302,6 @@ def test_two_concurrent_resumes_of_one_transaction_put_it_back_once(
     assert len(markers) == 1
 
 
-class _WithoutOffset:
-    """A delivery report as librdkafka gives it for a produce it retried and the broker had
-    already written: delivered, offset unknown."""
-
-    def __init__(self, msg: Any) -> None:
-        self._msg = msg
-
-    def offset(self) -> None:
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._msg, name)
-
-
 def test_a_copy_acknowledged_without_an_offset_aborts_the_resume_and_writes_nothing(
     outbox_settings: OutboxSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -333,7 +320,7 @@ def test_a_copy_acknowledged_without_an_offset_aborts_the_resume_and_writes_noth
             if report is not None and args and args[0] == names.half:
 
                 def without_offset(err: Any, msg: Any) -> None:
-                    report(err, _WithoutOffset(msg) if err is None else msg)
+                    report(err, WithoutOffset(msg) if err is None else msg)
 
                 kwargs["on_delivery"] = without_offset
             super().produce(*args, **kwargs)
