@@ -12,6 +12,7 @@ the producer librdkafka's real reports with the offset taken out.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from outbox.protocol import Header
 from outbox.protocol.states import OpState
 from relay import RelaySettings
 from tests.kafka_helpers import WithoutOffset, unique
+from tests.outbox.test_asyncio import async_factory
 from tests.producer_fixtures import Topics, order_ids, orders
 from tests.relay.test_relay import RelayThread, read_topic, wait_for
 
@@ -125,3 +127,35 @@ def test_a_send_never_acknowledged_with_an_offset_fails_and_nothing_commits(
 
     assert order_id not in order_ids(engine)
     assert all(o.state is not OpState.COMMIT for o in topics.ops() if o.txn_id == txn.txn_id)
+
+
+def test_the_async_form_sends_again_too_and_names_every_message(
+    producer: OutboxProducer,
+    db_url: str,
+    engine: sa.Engine,
+    topics: Topics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``async with producer.transaction``: the same report, the same outcome (its sends await
+    the acknowledgement through their own path, which shares the offsets' check)."""
+    order_id = f"order-{uuid.uuid4().hex[:10]}"
+    topic = unique("unknown-offset")
+    offsets_unknown(monkeypatch, 1)
+
+    async def main() -> str:
+        async with async_factory(db_url) as factory, producer.transaction(factory) as txn:
+            assert txn.session is not None
+            await txn.session.execute(orders.insert().values(id=order_id, amount=1))
+            await txn.send(topic, f"{order_id}/0", key=order_id)
+            await txn.send(topic, f"{order_id}/1", key=order_id)
+            return txn.txn_id
+
+    txn_id = asyncio.run(main())
+    assert order_id in order_ids(engine)
+    (op,) = [o for o in topics.ops() if o.txn_id == txn_id]
+    assert op.state is OpState.COMMIT and len(op.half_offsets) == 2, op
+    halves = {h.offset: h for h in topics.halves() if h.txn_id == txn_id}
+    assert [halves[o].message.value for o in op.half_offsets] == [
+        f"{order_id}/0".encode(),
+        f"{order_id}/1".encode(),
+    ]
