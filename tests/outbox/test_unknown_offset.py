@@ -20,9 +20,16 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
-from outbox import OutboxProducer, OutboxSettings
+import outbox
+from outbox import (
+    LocalTransactionState,
+    Message,
+    OutboxProducer,
+    OutboxSettings,
+    TransactionalProducer,
+)
 from outbox.acks import Waiter
 from outbox.errors import HalfSendError
 from outbox.protocol import Header
@@ -30,6 +37,7 @@ from outbox.protocol.states import OpState
 from relay import RelaySettings
 from tests.kafka_helpers import WithoutOffset, unique
 from tests.outbox.test_asyncio import async_factory
+from tests.outbox.test_listener_checks import OrdersListener, Plan
 from tests.producer_fixtures import Topics, order_ids, orders
 from tests.relay.test_relay import RelayThread, read_topic, wait_for
 
@@ -55,6 +63,45 @@ def offsets_unknown(monkeypatch: pytest.MonkeyPatch, reports: int) -> None:
     monkeypatch.setattr(Waiter, "callback", callback)
 
 
+def delivered_once(kafka_bootstrap: str, prefix: str, topic: str, txn_id: str) -> list[bytes]:
+    """Run a relay until ``topic`` holds what it promotes, and give the values it holds
+    (``read_committed``), after checking each came from ``txn_id`` and nothing went to the dead
+    letters."""
+    running = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap,
+            topic_prefix=prefix,
+            group_id=unique("relay"),
+            auto_create_topics=True,
+        )
+    )
+    try:
+        wait_for(lambda: len(read_topic(kafka_bootstrap, topic)) >= 2, 60)
+        time.sleep(1)  # a repeat would have come by now
+        delivered = read_topic(kafka_bootstrap, topic)
+    finally:
+        running.stop()
+    assert {dict(m.headers())[Header.TXN_ID].decode() for m in delivered} == {txn_id}
+    assert running.relay.accounting.dead_lettered == 0
+    return sorted(m.value() for m in delivered)
+
+
+def values(order_id: str) -> list[bytes]:
+    return [f"{order_id}/0".encode(), f"{order_id}/1".encode()]
+
+
+def named_by_its_commit(topics: Topics, txn_id: str, order_id: str, *, records: int = 3) -> None:
+    """The transaction's COMMIT names both messages, each at a half record carrying it; the
+    half topic holds ``records`` of the transaction's records: the first attempt's copies,
+    unnamed, and the two named (one ``send()`` is one attempt: 3; both in one batch: 4)."""
+    (op,) = [o for o in topics.ops() if o.txn_id == txn_id]
+    assert op.state is OpState.COMMIT
+    assert op.message_count == 2 and len(op.half_offsets) == 2, op
+    halves = {h.offset: h for h in topics.halves() if h.txn_id == txn_id}
+    assert len(halves) == records
+    assert [halves[o].message.value for o in op.half_offsets] == values(order_id)
+
+
 def test_a_half_record_acknowledged_without_an_offset_is_sent_again_and_delivered_once(
     kafka_bootstrap: str,
     outbox_settings: OutboxSettings,
@@ -74,37 +121,10 @@ def test_a_half_record_acknowledged_without_an_offset_is_sent_again_and_delivere
         txn.send(topic, f"{order_id}/1", key=order_id)
 
     assert order_id in order_ids(engine)
-    (op,) = [o for o in topics.ops() if o.txn_id == txn.txn_id]
-    assert op.state is OpState.COMMIT
-    # the COMMIT names both messages, each at a half record of this transaction carrying it
-    assert op.message_count == 2 and len(op.half_offsets) == 2, op
-    halves = {h.offset: h for h in topics.halves() if h.txn_id == txn.txn_id}
-    assert len(halves) == 3  # the first send's copy, unnamed, and the two named records
-    assert [halves[o].message.value for o in op.half_offsets] == [
-        f"{order_id}/0".encode(),
-        f"{order_id}/1".encode(),
-    ]
-
-    running = RelayThread(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=outbox_settings.topic_prefix,
-            group_id=unique("relay"),
-            auto_create_topics=True,
-        )
-    )
-    try:
-        wait_for(lambda: len(read_topic(kafka_bootstrap, topic)) >= 2, 60)
-        time.sleep(1)  # a repeat would have come by now
-        delivered = read_topic(kafka_bootstrap, topic)
-    finally:
-        running.stop()
-    assert sorted(m.value() for m in delivered) == [
-        f"{order_id}/0".encode(),
-        f"{order_id}/1".encode(),
-    ]
-    assert {dict(m.headers())[Header.TXN_ID].decode() for m in delivered} == {txn.txn_id}
-    assert running.relay.accounting.dead_lettered == 0
+    named_by_its_commit(topics, txn.txn_id, order_id)
+    assert delivered_once(
+        kafka_bootstrap, outbox_settings.topic_prefix, topic, txn.txn_id
+    ) == values(order_id)
 
 
 def test_a_send_never_acknowledged_with_an_offset_fails_and_nothing_commits(
@@ -129,7 +149,9 @@ def test_a_send_never_acknowledged_with_an_offset_fails_and_nothing_commits(
     assert all(o.state is not OpState.COMMIT for o in topics.ops() if o.txn_id == txn.txn_id)
 
 
-def test_the_async_form_sends_again_too_and_names_every_message(
+def test_the_async_form_sends_again_too_and_its_messages_are_delivered_once(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
     producer: OutboxProducer,
     db_url: str,
     engine: sa.Engine,
@@ -152,10 +174,61 @@ def test_the_async_form_sends_again_too_and_names_every_message(
 
     txn_id = asyncio.run(main())
     assert order_id in order_ids(engine)
-    (op,) = [o for o in topics.ops() if o.txn_id == txn_id]
-    assert op.state is OpState.COMMIT and len(op.half_offsets) == 2, op
-    halves = {h.offset: h for h in topics.halves() if h.txn_id == txn_id}
-    assert [halves[o].message.value for o in op.half_offsets] == [
-        f"{order_id}/0".encode(),
-        f"{order_id}/1".encode(),
-    ]
+    named_by_its_commit(topics, txn_id, order_id)
+    assert delivered_once(kafka_bootstrap, outbox_settings.topic_prefix, topic, txn_id) == values(
+        order_id
+    )
+
+
+def test_the_decorator_form_sends_again_and_its_messages_are_delivered_once(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    engine: sa.Engine,
+    topics: Topics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    order_id = f"order-{uuid.uuid4().hex[:10]}"
+    topic = unique("unknown-offset")
+    offsets_unknown(monkeypatch, 1)
+
+    @outbox.transactional(producer=producer, session_factory=session_factory)
+    def place(*, session: Session) -> str:
+        session.execute(orders.insert().values(id=order_id, amount=1))
+        outbox.send(topic, f"{order_id}/0", key=order_id)
+        outbox.send(topic, f"{order_id}/1", key=order_id)
+        return outbox.current_transaction().txn_id
+
+    txn_id = place()
+    assert order_id in order_ids(engine)
+    named_by_its_commit(topics, txn_id, order_id)
+    assert delivered_once(kafka_bootstrap, outbox_settings.topic_prefix, topic, txn_id) == values(
+        order_id
+    )
+
+
+def test_the_transactional_producer_sends_again_and_its_messages_are_delivered_once(
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    topics: Topics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RocketMQ's form sends the halves before the listener runs: the half send's result, and
+    so the COMMIT, names the records sent again."""
+    order_id = f"order-{uuid.uuid4().hex[:10]}"
+    topic = unique("unknown-offset")
+    offsets_unknown(monkeypatch, 1)
+    sender = TransactionalProducer(producer, OrdersListener(engine))
+    messages = [Message(topic, value, key=order_id) for value in values(order_id)]
+
+    result = sender.send_message_in_transaction(messages, Plan(True, LocalTransactionState.COMMIT))
+
+    assert result.local_transaction_state is LocalTransactionState.COMMIT
+    assert order_id in order_ids(engine)
+    named_by_its_commit(topics, result.transaction_id, order_id, records=4)
+    assert delivered_once(
+        kafka_bootstrap, outbox_settings.topic_prefix, topic, result.transaction_id
+    ) == values(order_id)
