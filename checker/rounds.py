@@ -31,7 +31,7 @@ from outbox import tracing
 from outbox.fetch import HalfFetcher
 from outbox.logs import fields
 from outbox.protocol.check import CheckedTransaction, split_requests
-from outbox.protocol.half import why_incomplete
+from outbox.protocol.completeness import why_incomplete
 from outbox.protocol.op import OpRecord
 from outbox.protocol.states import DecidedBy, LocalTransactionState, OpState
 

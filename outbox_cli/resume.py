@@ -26,8 +26,8 @@ from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from outbox.protocol.copies import copy_headers
 from outbox.protocol.dead_letter import DeadLetterHeader
-from outbox.protocol.half import copy_headers
 from outbox.protocol.op import OpRecord, encode_op
 from outbox.protocol.states import DecidedBy, OpState
 from outbox.protocol.topics import TopicNames

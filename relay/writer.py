@@ -19,8 +19,8 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from outbox.logs import fields
+from outbox.protocol.copies import copy_headers
 from outbox.protocol.dead_letter import DeadLetterHeader
-from outbox.protocol.half import copy_headers
 from outbox.protocol.op import encode_op
 from outbox.protocol.state import Parked, StateKey, StateOwner, encode_state
 from outbox.protocol.topics import TopicNames

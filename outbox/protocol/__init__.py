@@ -6,12 +6,12 @@ header names, states, the half and op record formats, topic names and settings, 
 
 from __future__ import annotations
 
+from outbox.protocol.completeness import why_incomplete
 from outbox.protocol.half import (
     HalfMessage,
     HalfRecord,
     decode_half,
     encode_half_headers,
-    why_incomplete,
 )
 from outbox.protocol.headers import (
     HALF_FIELDS,

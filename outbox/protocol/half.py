@@ -7,9 +7,8 @@ goes and to which transaction it belongs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import NoReturn
 
 from outbox.errors import ProtocolError, UnknownSchemaVersionError, quoted
@@ -354,43 +353,6 @@ _TEXT_FIELDS = frozenset({"schema_version", "txn_id", "producer_group", "real_to
 _OPTIONAL_FIELDS = frozenset({"message_count", "check_immunity_s"})
 
 
-def copy_headers(record: HalfRecord, *, check_count: int | None = None) -> HeaderList:
-    """The headers of a put-back copy of ``record``: its own, with the origin offset set, in its
-    own schema version (a reader not yet upgraded must not meet a newer copy of an older record).
-
-    ``check_count``: write this check count instead of the record's (``resume`` starts over).
-    """
-    if check_count is None or check_count == record.check_count:
-        headers = [(n, v) for n, v in record.raw_headers if n != _ORIGIN]
-    else:
-        # Ours re-encoded, in place: every other header (the user's, repeats included, and
-        # any outbox-* header this version does not know) is carried over as it was.
-        fresh = {
-            n: v
-            for n, v in encode_half_headers(
-                txn_id=record.txn_id,
-                producer_group=record.producer_group,
-                message=record.message,
-                index=record.index,
-                count=record.count,
-                created_at_ms=record.created_at_ms,
-                check_count=check_count,
-                check_immunity_s=record.check_immunity_s,
-                schema_version=record.schema_version,
-                check_by=record.check_by,
-            )
-            if n.startswith(RESERVED_HEADER_PREFIX)
-        }
-        headers = [
-            (n, fresh.pop(n, v) if n.startswith(RESERVED_HEADER_PREFIX) else v)
-            for n, v in record.raw_headers
-            if n != _ORIGIN
-        ]
-        headers += fresh.items()  # a field the original lacked (none today)
-    headers.append((_ORIGIN, str(record.original_offset).encode()))
-    return headers
-
-
 def _text(headers: dict[str, bytes], name: Header, where: str) -> str:
     raw = headers.get(name.value)
     if raw is None:
@@ -408,34 +370,3 @@ def _int(headers: dict[str, bytes], name: Header, where: str) -> int:
     except ValueError as err:
         shown = quoted(text)
         raise ProtocolError(f"{where}: header {name.value}={shown} is not an integer") from err
-
-
-def why_incomplete(records: Iterable[HalfRecord]) -> str | None:
-    """Why ``records``, the half records of one transaction, are not all of it; None if they are.
-
-    A transaction's messages have the indexes 0..n-1, where n is the message count its records
-    carry when the producer knew it at send time (``TransactionalProducer``), else one past the
-    highest index in hand (messages sent one by one: only a gap shows then). A COMMIT naming
-    fewer would deliver part of a transaction, which is worse than delivering none of it.
-    Costs O(records), whatever count a record claims.
-    """
-    records = tuple(records)
-    held = {record.index for record in records}
-    counts = {record.count for record in records if record.count is not None}
-    if not held:
-        return "none of its half records is in hand"
-    if min(held) < 0:
-        return f"message index {min(held)} is negative"
-    if len(counts) > 1:
-        return f"its half records disagree on its message count ({sorted(counts)})"
-    count = counts.pop() if counts else max(held) + 1
-    beyond = [i for i in held if i >= count]
-    if beyond:
-        return f"message index {min(beyond)} is past its message count {count}"
-    missing = count - len(held)
-    if missing:
-        first = list(islice((i for i in range(count) if i not in held), 10))
-        shown = ", ".join(map(str, first)) + (", ..." if missing > len(first) else "")
-        verb = "is" if missing == 1 else "are"
-        return f"{missing} of its {count} messages {verb} missing (index {shown})"
-    return None

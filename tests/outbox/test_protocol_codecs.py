@@ -26,8 +26,8 @@ from outbox.protocol import (
     validate_transaction_id,
     why_incomplete,
 )
+from outbox.protocol.copies import copy_headers
 from outbox.protocol.dead_letter import MAX_REASON_CHARS, DeadLetterHeader, dead_letter_headers
-from outbox.protocol.half import copy_headers
 from outbox.protocol.headers import Header
 
 TXN = new_transaction_id()

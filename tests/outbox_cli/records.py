@@ -20,8 +20,8 @@ from outbox.protocol import (
     new_transaction_id,
     partition_for,
 )
+from outbox.protocol.copies import copy_headers
 from outbox.protocol.dead_letter import dead_letter_headers
-from outbox.protocol.half import copy_headers
 from tests.kafka_helpers import unique
 
 
