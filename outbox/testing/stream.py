@@ -237,7 +237,17 @@ class StreamWriter:
             if err is not None:
                 self.errors.append(f"{topic}: {err.str()}")
             elif on_offset is not None:
-                on_offset(msg.offset())
+                offset = msg.offset()
+                if offset is None or offset < 0:
+                    # librdkafka's report for a retried produce the broker had already
+                    # written: delivered, offset unknown. An op naming it would be wrong.
+                    self.errors.append(
+                        f"{topic}[{msg.partition()}]: acknowledged without its offset (a "
+                        "retried produce); the transaction's half offsets are unknown - "
+                        "write it again as a new transaction"
+                    )
+                else:
+                    on_offset(offset)
 
         kwargs: dict[str, Any] = {"key": key, "value": value, "on_delivery": delivered}
         if headers:
@@ -255,7 +265,8 @@ class StreamWriter:
         """Wait for every record; the half offsets of begun transactions are known after it.
 
         Raises:
-            RuntimeError: a record was not acknowledged.
+            RuntimeError: a record was not acknowledged, or a half record was acknowledged
+                without its offset (its transaction's half offsets are not known).
         """
         left = self.producer.flush(timeout)
         if left or self.errors:
