@@ -259,7 +259,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         keys=["impl", "db", "relays"],
         columns=COLUMNS,
     )
-    for relays in (1, 2):
+    for relays in (1, 2) if "ours" in config.impls else ():
         result.rows.append(
             _row(
                 config,
@@ -267,7 +267,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
                 functools.partial(ours_run, services, ctx, relays=relays),
             )
         )
-    for db in config.databases:
+    for db in config.databases if "baseline_b" in config.impls else ():
         url = services.database(db, "relay_b")
         setup = engine_for(url)
         create_outbox_table(setup)
