@@ -9,20 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NoReturn
 
-from outbox.errors import ProtocolError, UnknownSchemaVersionError, quoted
+from outbox.errors import ProtocolError, UnknownSchemaVersionError
 from outbox.protocol.frozen import frozen
 from outbox.protocol.headers import (
     FIELD_SEPARATOR,
     HALF_FIELDS,
-    HALF_HEADERS,
     HALF_SCHEMA_VERSION,
     HALF_SCHEMA_VERSIONS,
     RESERVED_HEADER_PREFIX,
     Header,
 )
 from outbox.protocol.ids import validate_transaction_id
+from outbox.protocol.malformed import (
+    diagnose_packed,
+    diagnose_v1,
+    header_int,
+    refuse_packed,
+    refuse_v1,
+    where_is,
+)
 from outbox.protocol.states import CheckBy
 
 HeaderList = list[tuple[str, bytes]]
@@ -216,17 +222,17 @@ def decode_half(
     if packed is not None:
         fields = packed.split(_SEP)
         if fields[0] != _V2 or len(fields) != len(HALF_FIELDS):
-            _refuse_packed(fields, _where(partition, offset))
+            refuse_packed(fields, where_is(partition, offset))
         _, txn, group, topic, index, created, checks, count, immunity = fields
         # (read as bytes | None below; mypy typed them from this unpacking)
         count, immunity, version = count or None, immunity or None, 2  # type: ignore[assignment]
         if not group or not topic:
             empty = "producer_group" if not group else "real_topic"
-            where = _where(partition, offset)
+            where = where_is(partition, offset)
             raise ProtocolError(f"{where}: {empty} in header {_HALF} is empty")
     else:
         if ours.get(_SCHEMA) != _V1:
-            _refuse_v1(ours.get(_SCHEMA), _where(partition, offset))
+            refuse_v1(ours.get(_SCHEMA), where_is(partition, offset))
         get = ours.get
         # a missing header reads as None, which the decoding below refuses
         txn, group, topic, index = get(_TXN), get(_GROUP), get(_TOPIC), get(_INDEX)  # type: ignore[assignment]
@@ -263,16 +269,16 @@ def decode_half(
             },
         )
     except ProtocolError as err:  # the transaction id's own check: say where
-        raise ProtocolError(f"{_where(partition, offset)}: {err}") from err
+        raise ProtocolError(f"{where_is(partition, offset)}: {err}") from err
     except (AttributeError, TypeError, UnicodeDecodeError, ValueError) as err:
         # The fast path failed (a header missing reads as None): name exactly what is wrong.
-        where = _where(partition, offset)
+        where = where_is(partition, offset)
         if version == 2:
-            _diagnose_packed(fields, where, err)
+            diagnose_packed(fields, where, err)
         else:
-            _diagnose_v1(ours, where)
+            diagnose_v1(ours, where)
         if _ORIGIN in ours:
-            _int(ours, Header.ORIGIN_OFFSET, where)
+            header_int(ours, Header.ORIGIN_OFFSET, where)
         raise ProtocolError(f"{where}: {err}") from err
 
 
@@ -282,91 +288,3 @@ _EVIDENCE = CheckBy.EVIDENCE
 def _check_by(raw: bytes) -> str:
     known = _CHECK_BY_VALUES.get(raw)
     return known if known is not None else raw.decode(errors="replace")
-
-
-def _where(partition: int, offset: int) -> str:
-    """How errors name a record (formatted only once something is wrong)."""
-    return f"half record at partition {partition} offset {offset}"
-
-
-def _refuse_packed(fields: list[bytes], where: str) -> NoReturn:
-    if fields[0] != _V2:
-        raise UnknownSchemaVersionError(
-            f"{where} has schema version {fields[0][:20]!r} in its {_HALF} header; this "
-            "code reads versions 1 and 2 - upgrade the reader"
-        )
-    raise ProtocolError(
-        f"{where}: header {_HALF} has {len(fields)} fields; version 2 has "
-        f"{len(HALF_FIELDS)} ({', '.join(HALF_FIELDS)})"
-    )
-
-
-def _refuse_v1(version: bytes | None, where: str) -> NoReturn:
-    if version is None:
-        raise UnknownSchemaVersionError(
-            f"{where} has neither an {_HALF} nor an {_SCHEMA} header: not a half record "
-            "of a version this code reads (1 and 2)"
-        )
-    if version == _V2:
-        raise ProtocolError(
-            f"{where} has {_SCHEMA}=b'2' but no {_HALF} header: a version-2 record "
-            f"carries its fields in {_HALF}, so this one is malformed"
-        )
-    raise UnknownSchemaVersionError(
-        f"{where} has schema version {version[:20]!r}; this code reads versions 1 and 2 "
-        "- upgrade the reader"
-    )
-
-
-def _diagnose_packed(fields: list[bytes], where: str, err: Exception) -> None:
-    """Raise naming the first field of ``outbox-half`` that does not read."""
-    for field_name, raw in zip(HALF_FIELDS, fields, strict=True):
-        if field_name in _TEXT_FIELDS:
-            try:
-                raw.decode()
-            except UnicodeDecodeError:
-                raise ProtocolError(f"{where}: {field_name} is not UTF-8") from err
-        elif raw or field_name not in _OPTIONAL_FIELDS:
-            try:
-                int(raw)
-            except ValueError:
-                raise ProtocolError(
-                    f"{where}: {field_name}={raw[:40]!r} is not a decimal integer"
-                ) from err
-
-
-def _diagnose_v1(ours: dict[str, bytes], where: str) -> None:
-    """Raise naming the first version-1 header that is missing or does not read."""
-    for header in HALF_HEADERS:
-        _text(ours, header, where)
-    for header in (*HALF_HEADERS, Header.MESSAGE_COUNT, Header.CHECK_IMMUNITY_S):
-        if header.value in ours and header not in (
-            Header.SCHEMA_VERSION,
-            Header.TXN_ID,
-            Header.PRODUCER_GROUP,
-            Header.REAL_TOPIC,
-        ):
-            _int(ours, header, where)
-
-
-_TEXT_FIELDS = frozenset({"schema_version", "txn_id", "producer_group", "real_topic"})
-_OPTIONAL_FIELDS = frozenset({"message_count", "check_immunity_s"})
-
-
-def _text(headers: dict[str, bytes], name: Header, where: str) -> str:
-    raw = headers.get(name.value)
-    if raw is None:
-        raise ProtocolError(f"{where} lacks the {name.value} header")
-    try:
-        return raw.decode()
-    except UnicodeDecodeError as err:
-        raise ProtocolError(f"{where}: header {name.value} is not UTF-8") from err
-
-
-def _int(headers: dict[str, bytes], name: Header, where: str) -> int:
-    text = _text(headers, name, where)
-    try:
-        return int(text)
-    except ValueError as err:
-        shown = quoted(text)
-        raise ProtocolError(f"{where}: header {name.value}={shown} is not an integer") from err
