@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
 from outbox.errors import ConfigurationError, WrongFormError
+from outbox.nesting import SessionSource, is_async_session, is_sync_session
 from outbox.producer import AsyncSessionSource, OutboxProducer
-from outbox.scope import SessionSource, is_async_session, is_sync_session
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -39,8 +39,9 @@ from outbox.errors import ConfigurationError, WrongFormError
 from outbox.kafka_io import KafkaIO
 from outbox.message import Serializer
 from outbox.metrics import producer_metrics
+from outbox.nesting import SessionSource
 from outbox.registry import Heartbeat, new_instance_id
-from outbox.scope import SessionSource, TransactionScope
+from outbox.scope import TransactionScope
 from outbox.settings import OutboxSettings
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Any
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import NoActiveTransactionError
 from outbox.message import Headers, Message, Serializer
-from outbox.scope import current
+from outbox.nesting import current
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
 Start = Callable[[], Coroutine[Any, Any, HalfCoordinates]]

@@ -1,0 +1,98 @@
+"""``async with producer.transaction(session)``: the scope's steps for an ``AsyncSession``.
+
+The same steps as the synchronous way (:mod:`outbox.scope`), awaited where that one waits, so
+the event loop never blocks: join or open, guard the session, the evidence row with the first
+half send, COMMIT then the COMMIT op, or ROLLBACK then the ROLLBACK op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from outbox import tracing
+from outbox.async_transaction import AsyncOutboxTransaction
+from outbox.commit_failure import commit_failed, discard_connections_async
+from outbox.evidence import write_evidence, write_while_sending
+from outbox.logs import fields
+from outbox.nesting import current, joined, opened
+from outbox.protocol.states import LocalTransactionState
+from outbox.session_guard import SessionGuard
+from outbox.transaction import OutboxTransaction, TransactionHost
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+log = logging.getLogger("outbox")
+
+
+@asynccontextmanager
+async def run_async(
+    producer: TransactionHost, session: Any
+) -> AsyncIterator[AsyncOutboxTransaction]:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    outer = joined(AsyncOutboxTransaction, AsyncSession, session, "asyncio")
+    if outer is not None:
+        yield outer
+        return
+    db, own = opened(
+        AsyncSession, session, "an `async with` block needs an AsyncSession or async_sessionmaker"
+    )
+    if producer.known_partitions is None:  # read once per producer: a blocking request
+        await asyncio.to_thread(lambda: producer.partitions)
+    txn = AsyncOutboxTransaction(
+        producer, on_sent=_on_sent_async(db), in_flight=write_while_sending(db.sync_session)
+    )
+    txn.session = db
+    guard = SessionGuard.attach(db.sync_session, txn.txn_id)
+    token = current.set(txn)
+    try:
+        yield txn
+        await txn.close()
+        txn.check_awaited()
+        guard.check()
+        guard.committing()
+        try:
+            if tracing.otel is None:
+                await db.commit()
+            else:
+                await tracing.otel.commit_async(txn.core, db.commit)
+        except BaseException:
+            commit_failed(txn.core)
+            await discard_connections_async(db, txn.txn_id)
+            raise
+        await txn.finish(LocalTransactionState.COMMIT)
+    except BaseException:
+        if txn.state is None:
+            try:
+                await txn.close()  # a send under way lands in what is rolled back
+                await db.rollback()
+            except Exception:
+                log.exception(
+                    "DB rollback of transaction %s failed",
+                    txn.txn_id,
+                    extra=fields(txn_id=txn.txn_id),
+                )
+            await txn.finish(LocalTransactionState.ROLLBACK)
+        raise
+    finally:
+        guard.detach()
+        current.reset(token)
+        if own:
+            await db.close()
+
+
+def _on_sent_async(db: AsyncSession) -> Callable[[OutboxTransaction, bool], Any]:
+    async def sent(txn: OutboxTransaction, first: bool) -> None:
+        if first:
+            group = txn.producer.settings.producer_group
+            await db.run_sync(write_evidence, txn.txn_id, group)
+        guard = SessionGuard.of(db.sync_session)
+        if guard is not None:
+            guard.sent()
+
+    return sent

@@ -1,0 +1,101 @@
+"""Which transaction an outbox scope runs in, and on which session.
+
+A scope opened inside another of the same form joins it (``current``: the transaction this
+thread or task is inside); otherwise it runs a new one on the session it was given, or on one
+it makes from a factory (and then closes). Both forms - ``with`` for a ``Session``, ``async
+with`` for an ``AsyncSession`` - decide it here, and refuse the other form's sessions naming
+the form that fits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from outbox.async_transaction import AsyncOutboxTransaction
+from outbox.errors import ConfigurationError, WrongFormError
+from outbox.transaction import OutboxTransaction
+
+T = TypeVar("T", OutboxTransaction, AsyncOutboxTransaction)
+S = TypeVar("S")
+
+SessionSource = Session | Callable[[], Session]
+
+#: The transaction the current thread or task is inside, for ``outbox.send()`` and nesting.
+current: ContextVar[OutboxTransaction | AsyncOutboxTransaction | None] = ContextVar(
+    "outbox_transaction", default=None
+)
+
+
+def is_async_session(session: object) -> bool:
+    """An ``AsyncSession``, or a factory known to make them (``async_sessionmaker``)."""
+    try:
+        from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+    except ImportError:  # pragma: no cover - SQLAlchemy always ships it; greenlet may not be
+        return False
+    return isinstance(session, AsyncSession | async_sessionmaker)
+
+
+def is_sync_session(session: object) -> bool:
+    """A ``Session``, or a factory known to make them (``sessionmaker``)."""
+    return isinstance(session, Session | sessionmaker)
+
+
+def described(session: object) -> str:
+    """How an error names what it was given: "a module.Class"."""
+    return f"a {type(session).__module__}.{type(session).__qualname__}"
+
+
+def joined(form: type[T], session_type: type, session: object, name: str) -> T | None:
+    """The enclosing transaction a nested one joins (None: there is none).
+
+    Raises:
+        WrongFormError: the enclosing one is of the other form.
+        ConfigurationError: the nested one was given another session than it.
+    """
+    outer = current.get()
+    if outer is None or outer.state is not None:
+        return None  # none, or one that ended (inherited by a task it left running)
+    if not isinstance(outer, form):
+        raise WrongFormError(
+            f"an {name} outbox transaction was opened inside the transaction {outer.txn_id} of "
+            "the other form; nest transactions of one form (a synchronous one cannot await, an "
+            "asyncio one cannot run in a synchronous block)"
+        )
+    if isinstance(session, session_type) and session is not getattr(outer, "session", None):
+        raise ConfigurationError(other_session(outer.txn_id))
+    return outer
+
+
+def opened(session_type: type[S], session: Any, needs: str) -> tuple[S, bool]:
+    """The session to run in, and whether the outbox made it (and closes it).
+
+    Raises:
+        WrongFormError: ``session`` is (or made) something else, naming the form that fits.
+    """
+    own = not isinstance(session, session_type)
+    db = session() if callable(session) and own else session
+    if not isinstance(db, session_type):
+        if isinstance(db, Session):
+            db.close()  # made for the wrong form; an AsyncSession holds nothing yet
+        fits = (
+            "; an AsyncSession runs in `async with`"
+            if is_async_session(db)
+            else "; a synchronous Session runs in `with`"
+            if is_sync_session(db)
+            else ""
+        )
+        raise WrongFormError(f"producer.transaction() in {needs}, got {db!r}{fits}")
+    return db, own
+
+
+def other_session(txn_id: str) -> str:
+    """The refusal of a nested transaction given another session than the one it joins."""
+    return (
+        f"a nested outbox transaction was given another session than the transaction {txn_id} "
+        "it joins: its writes would commit apart from the outer transaction's messages; pass "
+        "the outer session, or none"
+    )
