@@ -17,6 +17,7 @@ import uuid
 from bench.baseline_c import create_outbox_table, preload_outbox
 from bench.config import BenchConfig
 from bench.connect_worker import ConnectWorker, DebeziumSettings
+from bench.drain import drain
 from bench.procs import Context, create_topic, unique
 from bench.services import Services, engine_for
 
@@ -64,8 +65,6 @@ class ConnectorRuns:
         self.worker.stop_connector()
 
     def __call__(self, count: int, *, warmup: bool = False) -> dict[str, float]:
-        from bench.relay_path import drain
-
         topic = unique("bench-relayed-c")
         create_topic(self.services.bootstrap, topic)
         engine = engine_for(self.url)

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import preload
+from bench.drain import rates
 from bench.procs import Context, create_topic, relay_env, unique
-from bench.relay_path import rates
 from bench.services import start_services
 from bench.watch import Watcher
 from outbox.testing.ports import free_port
