@@ -152,3 +152,12 @@ class WithoutOffset:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._msg, name)
+
+
+def reported_without_offset(report: Any) -> Any:
+    """``report`` (a delivery callback) handed each successful report as :class:`WithoutOffset`."""
+
+    def without_offset(err: Any, msg: Any) -> None:
+        report(err, WithoutOffset(msg) if err is None else msg)
+
+    return without_offset

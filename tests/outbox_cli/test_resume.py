@@ -23,7 +23,7 @@ from outbox.protocol.dead_letter import DeadLetterHeader, dead_letter_headers
 from outbox_cli import resume as resume_cmd
 from outbox_cli.errors import CommandError, RefusedError
 from outbox_cli.kafka import Reader, connection
-from tests.kafka_helpers import WithoutOffset
+from tests.kafka_helpers import reported_without_offset
 from tests.outbox_cli.conftest import Cli
 from tests.outbox_cli.records import Writer, read_messages
 
@@ -318,11 +318,7 @@ def test_a_copy_acknowledged_without_an_offset_aborts_the_resume_and_writes_noth
         def produce(self, *args: Any, **kwargs: Any) -> None:
             report = kwargs.get("on_delivery")
             if report is not None and args and args[0] == names.half:
-
-                def without_offset(err: Any, msg: Any) -> None:
-                    report(err, WithoutOffset(msg) if err is None else msg)
-
-                kwargs["on_delivery"] = without_offset
+                kwargs["on_delivery"] = reported_without_offset(report)
             super().produce(*args, **kwargs)
 
     monkeypatch.setattr(resume_cmd, "Producer", DuplicateReportingProducer)

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from outbox.testing.stream import StreamWriter
-from tests.kafka_helpers import WithoutOffset, unique
+from tests.kafka_helpers import reported_without_offset, unique
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +26,7 @@ class FirstHalfWithoutOffset:
         report = kwargs.get("on_delivery")
         if self.armed and topic == self._half_topic and report is not None:
             self.armed = False
-            kwargs["on_delivery"] = lambda err, msg: report(err, WithoutOffset(msg))
+            kwargs["on_delivery"] = reported_without_offset(report)
         self._producer.produce(topic, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
