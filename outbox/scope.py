@@ -121,6 +121,7 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
     token = current.set(txn)
     try:
         yield txn
+        txn.committing()  # no COMMIT before every half record is acknowledged
         txn.check_whole()
         guard.check()
         guard.committing()

@@ -1,9 +1,14 @@
 """``outbox.send()`` and ``outbox.send_batch()``: a message in the current transaction, whichever
 form runs it.
 
-Inside a synchronous transaction the call sends and waits for the acknowledgement before it
-returns. Inside an asyncio transaction it returns at once and the send runs when the result is
-awaited (``await outbox.send(...)``): the caller's task waits, the event loop does not. So both
+Inside a synchronous transaction the call hands the records to Kafka; where the evidence row is
+written while they travel (PostgreSQL) it returns then, the caller's code goes on, and the
+acknowledgement is awaited before the COMMIT (or at the next send, or when the result's
+``coordinates`` are read): the caller's own writes overlap Kafka's round trip. On SQLite, and in a
+traced send (its span covers the acknowledgement), it waits before it returns.
+
+Inside an asyncio transaction it returns at once and the send runs when the result is awaited
+(``await outbox.send(...)``): the caller's task waits, the event loop does not. So both
 forms write ``outbox.send(...)``, and the asyncio one awaits it. A send that is never awaited
 sends nothing, and the transaction refuses to commit without it
 (:class:`~outbox.errors.SendNotAwaitedError`): a message the code meant to send is never dropped
@@ -12,13 +17,15 @@ silently.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from typing import Any
 
+from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import NoActiveTransactionError
 from outbox.message import Headers, Message, Serializer
 from outbox.nesting import current
+from outbox.protocol.half import HalfMessage
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
 Start = Callable[[], Coroutine[Any, Any, HalfCoordinates]]
@@ -34,9 +41,11 @@ class Sending:
         *,
         start: Start | None = None,
         txn: AsyncOutboxTransaction | None = None,
+        settle: Callable[[], HalfCoordinates] | None = None,
     ) -> None:
         self._done = done
         self._start = start
+        self._settle = settle
         self._txn = txn
         if txn is not None:
             txn.unawaited.add(self)
@@ -47,7 +56,11 @@ class Sending:
 
         Raises:
             NoActiveTransactionError: an asyncio send not awaited yet.
+            HalfSendError: a synchronous send's records were not acknowledged.
         """
+        if self._settle is not None:
+            self._done = self._settle()  # a failed send raises on every read
+            self._settle = None
         if self._done is None:
             raise NoActiveTransactionError(
                 "this asyncio send has not run yet: `await outbox.send(...)` first"
@@ -55,6 +68,8 @@ class Sending:
         return self._done
 
     def __await__(self) -> Generator[Any, None, HalfCoordinates]:
+        if self._settle is not None:  # a synchronous send awaited: where its records are
+            return self.coordinates
         if self._start is not None:
             start, self._start = self._start, None
             try:
@@ -88,29 +103,19 @@ def send(
         NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
     """
     txn = current_transaction()
-    if isinstance(txn, AsyncOutboxTransaction):
-        # validated now, as the synchronous form does: a bad message fails where it is sent
-        message = txn.build(
-            topic,
-            value,
-            key,
-            headers,
-            serializer=serializer,
-            key_serializer=key_serializer,
-            delay=delay,
-        )
-        return Sending(start=lambda: txn.send_messages([message], count=None), txn=txn)
-    return Sending(
-        txn.send(
-            topic,
-            value,
-            key,
-            headers,
-            serializer=serializer,
-            key_serializer=key_serializer,
-            delay=delay,
-        )
+    # validated now in either form: a bad message fails where it is sent
+    message = txn.build(
+        topic,
+        value,
+        key,
+        headers,
+        serializer=serializer,
+        key_serializer=key_serializer,
+        delay=delay,
     )
+    if isinstance(txn, AsyncOutboxTransaction):
+        return Sending(start=lambda: txn.send_messages([message], count=None), txn=txn)
+    return _started(txn, [message])
 
 
 def send_batch(
@@ -126,11 +131,24 @@ def send_batch(
         NoActiveTransactionError: called outside ``@transactional`` / ``producer.transaction()``.
     """
     txn = current_transaction()
+    built = txn.build_batch(messages, serializer, key_serializer)  # validated now, as send()
     if isinstance(txn, AsyncOutboxTransaction):
-        # validated now, as in the other form
-        built = txn.build_batch(messages, serializer, key_serializer)
         return Sending(start=lambda: txn.send_messages(built, count=None), txn=txn)
-    return Sending(txn.send_batch(messages, serializer=serializer, key_serializer=key_serializer))
+    return _started(txn, built)
+
+
+def _started(txn: OutboxTransaction, messages: list[HalfMessage]) -> Sending:
+    """A synchronous send: handed to Kafka now, acknowledged by the COMMIT at the latest
+    (:meth:`OutboxTransaction.start_messages`). A traced send's span covers the
+    acknowledgement, so that one waits here."""
+    otel = tracing.otel
+    carried: Sequence[HalfMessage] = messages
+    if otel is not None:
+        if otel.configured():
+            return Sending(txn.send_messages(messages, count=None))
+        carried = otel.carried(messages)  # a caller's context goes on without a span
+    upto = txn.start_messages(carried, count=None)
+    return Sending(settle=lambda: txn.sent_coordinates(upto))
 
 
 def current_transaction() -> OutboxTransaction | AsyncOutboxTransaction:

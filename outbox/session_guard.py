@@ -1,9 +1,10 @@
 """Keeping the local transaction whole between the first half message and the outbox's COMMIT.
 
-The evidence row is written right after the first half message is acknowledged, and it must be
-in the commit that makes the transaction's work durable: a check that finds no row fences the
-id and answers ROLLBACK. User code inside ``@outbox.transactional`` or
-``producer.transaction()`` can break that with ordinary SQLAlchemy calls:
+The evidence row is written with the first half message (while it travels, or once it is
+acknowledged on SQLite), and it must be in the commit that makes the transaction's work
+durable: a check that finds no row fences the id and answers ROLLBACK. User code inside
+``@outbox.transactional`` or ``producer.transaction()`` can break that with ordinary
+SQLAlchemy calls:
 
 - ``session.rollback()`` (or ``close()``) after a send: the evidence row and everything before it
   are gone, and the writes that follow commit in a new database transaction;

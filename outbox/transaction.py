@@ -9,6 +9,7 @@ it records and which op ends the transaction are decided here once, for both.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from outbox.errors import (
     NoActiveTransactionError,
     TransactionFencedError,
 )
-from outbox.kafka_io import HalfBatch, KafkaIO
+from outbox.half_sender import HalfBatch, PendingHalves
+from outbox.kafka_io import KafkaIO
 from outbox.message import Headers, Message, Serializer, build_half_message, message_headers
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.ids import new_transaction_id
@@ -91,6 +93,14 @@ class OutboxTransaction:
         #: Why this transaction cannot commit any more: a send that failed after its records
         #: were handed to Kafka, or whose evidence row was not written (see :meth:`check_whole`).
         self.broken: BaseException | None = None
+        #: The last send's records while their acknowledgement is still to be awaited
+        #: (:meth:`start_messages`), with what ``on_sent`` raised meanwhile.
+        self._pending: tuple[PendingHalves, list[Exception]] | None = None
+        #: Set once the COMMIT is under way: a send from then on (a session event's, during
+        #: the flush the COMMIT starts with) is awaited before it returns (:meth:`committing`).
+        self._committing = False
+        #: Sends and their settling, one at a time (a context copied into another thread).
+        self._lock = threading.RLock()
 
     @property
     def coordinates(self) -> HalfCoordinates | None:
@@ -209,21 +219,109 @@ class OutboxTransaction:
         return self._send_messages(messages, count)
 
     def _send_messages(self, messages: Sequence[HalfMessage], count: int | None) -> HalfCoordinates:
-        batch = self.batch(messages, count)
-        failed: list[Exception] = []
-        try:
-            offsets = self.producer.kafka.send_halves(
-                batch, meanwhile=self._while_sending(failed) if self.in_flight else None
-            )
-            coordinates = self.acknowledged(offsets)
-            if failed:
-                raise failed[0]
-            if not self.in_flight:
-                self._sent()
-        except BaseException as err:
-            self.broke(err)
-            raise
-        return coordinates
+        self.start_messages(messages, count)
+        return self.settle()
+
+    def start_messages(self, messages: Sequence[HalfMessage], count: int | None) -> int:
+        """Hand validated messages to Kafka as one batch; their acknowledgement is awaited by
+        :meth:`settle` - before the COMMIT, at the next send, or when the caller asks where they
+        are - so the caller's own writes overlap the records' round trip.
+
+        Only a transaction that writes its evidence row while the records travel
+        (``in_flight``) leaves the wait for later; otherwise the row follows the
+        acknowledgement, and this waits for it now. A previous send's records are awaited
+        first: one batch at a time, since a batch's indexes follow those acknowledged before it.
+
+        Returns:
+            How many half records the transaction has once this send is acknowledged (for
+            :meth:`sent_coordinates`).
+
+        Raises:
+            HalfSendError, TransactionFencedError: as :meth:`send` (the send, or the evidence
+                row written while it travelled, failed; or the send before it, awaited first).
+        """
+        with self._lock:
+            if not self.settled:
+                self.settle()
+            batch = self.batch(messages, count)
+            failed: list[Exception] = []
+            kafka = self.producer.kafka
+            try:
+                if self.in_flight:
+                    pending = kafka.start_halves(batch, meanwhile=self._while_sending(failed))
+                else:
+                    pending = PendingHalves.done(kafka.send_halves(batch))
+            except BaseException as err:
+                self.broke(err)
+                raise
+            self._pending = (pending, failed)
+            # the evidence row not written, or the COMMIT already under way: no later wait
+            if failed or not self.in_flight or self._committing:
+                self.settle()
+            return batch.first_index + len(batch.messages)
+
+    def settle(self, *, retry: bool = True) -> HalfCoordinates:
+        """Await the acknowledgement of the records :meth:`start_messages` handed to Kafka;
+        where the transaction's half records are (those of every send so far). ``retry=False``
+        awaits only the attempt under way (a ROLLBACK's op needs to know where the records
+        are, not to send them again).
+
+        Raises:
+            HalfSendError, TransactionFencedError: the send failed (the transaction is broken
+                and must not commit).
+            NoActiveTransactionError: nothing was sent yet.
+        """
+        with self._lock:
+            if self._pending is not None:
+                (pending, failed), self._pending = self._pending, None
+                try:
+                    coordinates = self.acknowledged(pending.settle(retry=retry))
+                    if failed:
+                        raise failed[0]
+                    if not self.in_flight:
+                        self._sent()
+                except BaseException as err:
+                    self.broke(err)
+                    raise
+                return coordinates
+            if self.partition is None:
+                raise NoActiveTransactionError(f"transaction {self.txn_id} has sent nothing yet")
+            return HalfCoordinates(self.partition, tuple(self.offsets))
+
+    def sent_coordinates(self, upto: int) -> HalfCoordinates:
+        """Where a send's records are, read after it returned (``outbox.send(...).coordinates``):
+        the transaction's first ``upto`` half records (this send's and those before it),
+        awaited if they are still travelling.
+
+        Raises:
+            HalfSendError, TransactionFencedError: this send failed (on every read).
+        """
+        with self._lock:
+            if len(self.offsets) < upto and not self.settled:
+                self.settle()
+            if len(self.offsets) < upto:  # it failed, when this or a later step awaited it
+                assert self.broken is not None
+                raise self.broken
+            assert self.partition is not None
+            return HalfCoordinates(self.partition, tuple(self.offsets[:upto]))
+
+    def committing(self) -> None:
+        """The COMMIT begins: await every send so far, and any send from now on (a session
+        event's, in the flush the COMMIT starts with) before it returns, so that no record the
+        COMMIT covers is still unacknowledged when the database commits.
+
+        Raises:
+            HalfSendError, TransactionFencedError: a send failed.
+        """
+        with self._lock:
+            self._committing = True
+            if not self.settled:
+                self.settle()
+
+    @property
+    def settled(self) -> bool:
+        """Whether every record handed to Kafka has been acknowledged (or failed)."""
+        return self._pending is None
 
     def _sent(self) -> None:
         """After a send, or while its records travel (``in_flight``): the evidence row with the
@@ -315,7 +413,17 @@ class OutboxTransaction:
     def conclude(self, state: LocalTransactionState) -> OpRecord | None:
         """Record the local outcome; the op that tells it, or None when there is nothing to
         tell (no half sent, or the outcome is UNKNOWN: the checker finds it out)."""
-        self.state = state
+        with self._lock:  # a send from another thread finishes (and settles) first
+            if not self.settled:
+                if state is not LocalTransactionState.ROLLBACK:  # never: the COMMIT settled first
+                    raise AssertionError(f"transaction {self.txn_id} ends {state} mid-send")
+                # a ROLLBACK after a send still travelling (the code raised meanwhile): the
+                # attempt under way first, so the op names its records and the relay drops them
+                try:
+                    self.settle(retry=False)
+                except Exception:  # the send failed too: the op names what was acknowledged
+                    log.debug("transaction %s: a send failed before its ROLLBACK", self.txn_id)
+            self.state = state
         if self.partition is None or state is LocalTransactionState.UNKNOWN:
             return None
         return OpRecord(

@@ -306,7 +306,7 @@ import sqlalchemy as sa
 import outbox
 from outbox import HalfSendError, OutboxProducer, OutboxSettings, migrations
 from outbox.checks import CHECK_PATH
-from outbox.kafka_io import HalfBatch
+from outbox.half_sender import HalfBatch
 from outbox.protocol import DecidedBy, HalfMessage, OpRecord, OpState, new_transaction_id
 
 url = sys.argv[1]

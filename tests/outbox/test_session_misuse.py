@@ -28,7 +28,7 @@ from outbox import (
 from tests.checker.test_checker import SECRET
 from tests.kafka_helpers import set_topic_config
 from tests.pipeline import ops_lost, pipeline
-from tests.producer_fixtures import Topics, order_ids, orders
+from tests.producer_fixtures import Topics, evidence_ids, order_ids, orders
 
 pytestmark = pytest.mark.integration
 
@@ -276,7 +276,9 @@ def test_a_send_failure_the_code_caught_refuses_the_commit(
     topics: Topics,
 ) -> None:
     """A send Kafka refused, caught by the code, which goes on to commit: the outbox refuses
-    (the records may be partly on the half topic, the evidence row missing), and rolls back."""
+    (the records may be partly on the half topic, the evidence row missing), and rolls back.
+    Reading the send's coordinates makes it wait for the acknowledgement there (on PostgreSQL
+    ``outbox.send()`` alone returns before it: the next test)."""
     set_topic_config(kafka_bootstrap, topics.settings.topics.half, "max.message.bytes", "2048")
     order_id = f"caught-{uuid.uuid4().hex[:8]}"
 
@@ -285,7 +287,8 @@ def test_a_send_failure_the_code_caught_refuses_the_commit(
     @outbox.transactional(producer=producer, session_factory=session_factory)
     def place(*, session: Session) -> None:
         try:
-            outbox.send("orders", "x" * 5000, key=order_id)  # refused by the broker
+            sending = outbox.send("orders", "x" * 5000, key=order_id)
+            assert sending.coordinates  # waits here: refused by the broker
         except outbox.HalfSendError as err:
             caught.append(err)  # and the code goes on
         _insert(session, order_id)
@@ -298,3 +301,35 @@ def test_a_send_failure_the_code_caught_refuses_the_commit(
     assert len(caught) == 1, "the broker took a record over the topic's max.message.bytes"
     assert refused is not None and "cannot commit" in str(refused), refused
     assert order_id not in order_ids(engine)
+
+
+def test_a_send_refused_after_the_code_went_on_refuses_the_commit(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    engine: sa.Engine,
+    topics: Topics,
+    db_url: str,
+) -> None:
+    """A send Kafka refuses, its refusal not yet known when ``outbox.send()`` returned
+    (PostgreSQL: the code goes on while the records travel): the COMMIT waits for the answer and
+    does not happen; the refusal is raised from the transaction and nothing is committed."""
+    set_topic_config(kafka_bootstrap, topics.settings.topics.half, "max.message.bytes", "2048")
+    order_id = f"refused-{uuid.uuid4().hex[:8]}"
+    calls: list[str] = []
+
+    @outbox.transactional(producer=producer, session_factory=session_factory)
+    def place(*, session: Session) -> None:
+        calls.append(outbox.current_transaction().txn_id)
+        outbox.send("orders", "x" * 5000, key=order_id)  # refused by the broker
+        calls.append("went on")
+        _insert(session, order_id)
+
+    with pytest.raises(outbox.HalfSendError, match="refused"):
+        place()
+    # SQLite's send waits for the answer (and raises there); PostgreSQL's code went on
+    txn_id = calls[0]
+    assert calls[1:] == ([] if db_url.startswith("sqlite") else ["went on"])
+    # And nothing committed: no order, no evidence row
+    assert order_id not in order_ids(engine)
+    assert txn_id not in evidence_ids(engine)

@@ -42,7 +42,7 @@ from outbox import (
     migrations,
     tracing,
 )
-from outbox.kafka_io import HalfBatch
+from outbox.half_sender import HalfBatch
 from outbox.protocol.half import HalfMessage
 from outbox.transaction import OutboxTransaction
 from tests.checker.test_checker import SECRET

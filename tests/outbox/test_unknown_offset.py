@@ -63,10 +63,12 @@ def offsets_unknown(monkeypatch: pytest.MonkeyPatch, reports: int) -> None:
     monkeypatch.setattr(Waiter, "callback", callback)
 
 
-def delivered_once(kafka_bootstrap: str, prefix: str, topic: str, txn_id: str) -> list[bytes]:
-    """Run a relay until ``topic`` holds what it promotes, and give the values it holds
-    (``read_committed``), after checking each came from ``txn_id`` and nothing went to the dead
-    letters."""
+def delivered_once(
+    kafka_bootstrap: str, prefix: str, topic: str, txn_id: str, *, count: int = 2
+) -> list[bytes]:
+    """Run a relay until ``topic`` holds the ``count`` records it promotes, and give the values
+    it holds (``read_committed``), after checking each came from ``txn_id`` and nothing went to
+    the dead letters."""
     running = RelayThread(
         RelaySettings(
             bootstrap_servers=kafka_bootstrap,
@@ -76,7 +78,7 @@ def delivered_once(kafka_bootstrap: str, prefix: str, topic: str, txn_id: str) -
         )
     )
     try:
-        wait_for(lambda: len(read_topic(kafka_bootstrap, topic)) >= 2, 60)
+        wait_for(lambda: len(read_topic(kafka_bootstrap, topic)) >= count, 60)
         time.sleep(1)  # a repeat would have come by now
         delivered = read_topic(kafka_bootstrap, topic)
     finally:
