@@ -284,13 +284,10 @@ class HalfSender:
 
 class PendingHalves:
     """Half records handed to Kafka whose acknowledgement is awaited later
-    (:meth:`HalfSender.start`): ``settle()`` awaits it once and gives the offsets, or raises the
-    send's failure, the same on every call."""
+    (:meth:`HalfSender.start`); the transaction settles each once."""
 
     def __init__(self, settle: Callable[[bool], list[int]]) -> None:
-        self._settle: Callable[[bool], list[int]] | None = settle
-        self._offsets: list[int] | None = None
-        self._error: BaseException | None = None
+        self._settle = settle
 
     @classmethod
     def done(cls, offsets: list[int]) -> PendingHalves:
@@ -305,16 +302,7 @@ class PendingHalves:
         Raises:
             HalfSendError: not acknowledged (after ``send_attempts`` attempts with ``retry``).
         """
-        if self._settle is not None:
-            settle, self._settle = self._settle, None
-            try:
-                self._offsets = settle(retry)
-            except BaseException as err:
-                self._error = err
-        if self._error is not None:
-            raise self._error
-        assert self._offsets is not None
-        return self._offsets
+        return self._settle(retry)
 
 
 def _retrying(batch: HalfBatch, err: HalfSendError) -> None:

@@ -241,8 +241,7 @@ class OutboxTransaction:
                 row written while it travelled, failed; or the send before it, awaited first).
         """
         with self._lock:
-            if not self.settled:
-                self.settle()
+            self._await_pending()
             batch = self.batch(messages, count)
             failed: list[Exception] = []
             kafka = self.producer.kafka
@@ -257,7 +256,7 @@ class OutboxTransaction:
             self._pending = (pending, failed)
             # the evidence row not written, or the COMMIT already under way: no later wait
             if failed or not self.in_flight or self._committing:
-                self.settle()
+                self._await_pending()
             return batch.first_index + len(batch.messages)
 
     def settle(self, *, retry: bool = True) -> HalfCoordinates:
@@ -297,8 +296,8 @@ class OutboxTransaction:
             HalfSendError, TransactionFencedError: this send failed (on every read).
         """
         with self._lock:
-            if len(self.offsets) < upto and not self.settled:
-                self.settle()
+            if len(self.offsets) < upto:
+                self._await_pending()
             if len(self.offsets) < upto:  # it failed, when this or a later step awaited it
                 assert self.broken is not None
                 raise self.broken
@@ -315,8 +314,12 @@ class OutboxTransaction:
         """
         with self._lock:
             self._committing = True
-            if not self.settled:
-                self.settle()
+            self._await_pending()
+
+    def _await_pending(self, *, retry: bool = True) -> None:
+        """:meth:`settle`, when a send is still travelling."""
+        if self._pending is not None:
+            self.settle(retry=retry)
 
     @property
     def settled(self) -> bool:
@@ -420,7 +423,7 @@ class OutboxTransaction:
                 # a ROLLBACK after a send still travelling (the code raised meanwhile): the
                 # attempt under way first, so the op names its records and the relay drops them
                 try:
-                    self.settle(retry=False)
+                    self._await_pending(retry=False)
                 except Exception:  # the send failed too: the op names what was acknowledged
                     log.debug("transaction %s: a send failed before its ROLLBACK", self.txn_id)
             self.state = state
