@@ -217,3 +217,44 @@ def test_a_refused_send_raises_at_every_read_of_where_it_is_and_nothing_commits(
         place()
     assert reads == ["HalfSendError", "HalfSendError"]
     assert order_id not in order_ids(engine)
+
+
+def test_the_context_manager_and_a_nested_transaction_wait_at_the_outer_commit(
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    session_factory: sessionmaker[Session],
+    outbox_settings: OutboxSettings,
+    topics: Topics,
+    db_url: str,
+) -> None:
+    order_id = f"order-{uuid.uuid4().hex[:12]}"
+    topic = unique("orders")
+
+    @outbox.transactional(producer=producer)
+    def inner(*, session: Session) -> bool:  # joins the enclosing transaction
+        outbox.send(topic, f"{order_id}/1", key=order_id)
+        return outbox.current_transaction().settled
+
+    # When a `with` block sends, then calls a decorated function that sends in the same
+    # transaction, and writes
+    with (
+        state_at_commit(session_factory) as at_commit,
+        producer.transaction(session_factory) as txn,
+    ):
+        outbox.send(topic, f"{order_id}/0", key=order_id)
+        settled_after_inner = inner(session=txn.session)
+        assert txn.session is not None
+        txn.session.execute(orders.insert().values(id=order_id, amount=1))
+        txn_id = txn.txn_id
+    # Then the inner send was left travelling on PostgreSQL (the inner function commits
+    # nothing), and the outer COMMIT came with both acknowledged
+    assert settled_after_inner is db_url.startswith("sqlite")
+    [(settled, offsets)] = at_commit
+    assert settled and len(offsets) == 2, at_commit
+    [op] = [o for o in topics.ops() if o.txn_id == txn_id]
+    assert op.state is OpState.COMMIT and op.half_offsets == offsets, op
+    assert order_id in order_ids(engine)
+    values = delivered_once(
+        outbox_settings.bootstrap_servers, outbox_settings.topic_prefix, topic, txn_id
+    )
+    assert values == [f"{order_id}/0".encode(), f"{order_id}/1".encode()]
