@@ -12,9 +12,11 @@ from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.consumer import Deduplicator
 from outbox.decorator import INJECTED, configure, transactional
 from outbox.errors import (
+    AutocommitSessionError,
     CommitInsideTransactionError,
     ConfigurationError,
     DelayNotSupportedError,
+    ExternalTransactionError,
     HalfSendError,
     InternalTopicError,
     InvalidHeaderError,
@@ -69,10 +71,12 @@ __all__ = [
     "AsyncTransactionListener",
     "AsyncTransactionalProducer",
     # Errors
+    "AutocommitSessionError",
     "CommitInsideTransactionError",
     "ConfigurationError",
     "Deduplicator",
     "DelayNotSupportedError",
+    "ExternalTransactionError",
     # Producing
     "HalfCoordinates",
     "HalfSendError",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.commit_failure import commit_failed, discard_connections_async
+from outbox.database_transaction import require_own_transaction
 from outbox.evidence import write_evidence, write_while_sending
 from outbox.logs import fields
 from outbox.nesting import current, joined, opened
@@ -51,6 +52,10 @@ async def run_async(
     guard = SessionGuard.attach(db.sync_session, txn.txn_id)
     token = current.set(txn)
     try:
+        if db.in_transaction():  # the caller's, begun: a refusal invalidates a connection (IO)
+            await db.run_sync(require_own_transaction, guard)
+        else:
+            require_own_transaction(db.sync_session, guard)
         yield txn
         await txn.close()
         txn.check_awaited()

@@ -134,6 +134,18 @@ class CommitInsideTransactionError(OutboxError):
     the database commits, and the transaction is rolled back."""
 
 
+class AutocommitSessionError(ConfigurationError):
+    """Raised when an outbox transaction's session commits each statement on its own
+    (``AUTOCOMMIT``), before the transaction's first statement runs; raised again at its end if
+    caught, and the transaction rolls back (a message already sent is never delivered)."""
+
+
+class ExternalTransactionError(ConfigurationError):
+    """Raised when an outbox transaction's session is in a database transaction it does not own
+    (joined to a ``Connection``'s, or through a savepoint), so its commit would not commit; the
+    outbox transaction rolls back."""
+
+
 class SendRolledBackError(OutboxError):
     """Raised when a rollback inside an outbox transaction undid work a half message was sent
     in; the whole transaction is rolled back (a sent message cannot be taken back)."""

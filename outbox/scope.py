@@ -28,6 +28,7 @@ from outbox import tracing
 from outbox.async_scope import run_async
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.commit_failure import commit_failed, discard_connections
+from outbox.database_transaction import require_own_transaction
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.evidence import write_evidence, write_while_sending
 from outbox.logs import fields
@@ -120,6 +121,7 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
     guard = SessionGuard.attach(db, txn.txn_id)
     token = current.set(txn)
     try:
+        require_own_transaction(db, guard)
         yield txn
         txn.committing()  # no COMMIT before every half record is acknowledged
         txn.check_whole()

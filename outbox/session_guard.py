@@ -48,6 +48,8 @@ class SessionGuard:
         self._broken: str | None = None
         self._commit_refused = False
         self._committing = False
+        #: Why the session cannot carry this transaction (:mod:`outbox.database_transaction`).
+        self._refused: Exception | None = None
 
     @classmethod
     def attach(cls, session: Session, txn_id: str) -> SessionGuard:
@@ -78,9 +80,13 @@ class SessionGuard:
         """Raise, before the outbox commits, when the transaction is no longer whole.
 
         Raises:
+            AutocommitSessionError, ExternalTransactionError: the session was refused
+                (:meth:`refuse`).
             CommitInsideTransactionError: code inside the transaction called ``commit()``.
             SendRolledBackError: a rollback undid a scope a half message was sent in.
         """
+        if self._refused is not None:
+            raise self._refused
         if self._commit_refused:
             raise CommitInsideTransactionError(_commit_message(self.txn_id))
         if self._broken is not None:
@@ -91,6 +97,13 @@ class SessionGuard:
                 "work that commits: send after the savepoint is released, or raise to abandon "
                 "the transaction and retry it as a new one"
             )
+
+    def refuse(self, err: Exception) -> Exception:
+        """The session cannot carry this transaction (autocommit, or a transaction it does not
+        own): ``err`` is raised now and again before the COMMIT, even if the caller caught it."""
+        if self._refused is None:
+            self._refused = err
+        return err
 
     def committing(self) -> None:
         """The outbox's own COMMIT is next: let it through."""
