@@ -61,7 +61,7 @@ def require_own_transaction(session: Session, guard: SessionGuard) -> None:
     root = session.get_transaction()
     if root is not None:  # the caller's session, begun: the connections it holds
         for held in _held(root):
-            _refuse(guard, session, held.connection, held.external, held.checked_out)
+            _refuse(guard, session, held)
         return
     try:
         bind = session.get_bind()
@@ -70,7 +70,7 @@ def require_own_transaction(session: Session, guard: SessionGuard) -> None:
     if isinstance(bind, sa.Connection) and bind.in_transaction():
         fully = getattr(session, "join_transaction_mode", None) == "control_fully"
         external = not fully or bind.in_nested_transaction()
-        _refuse(guard, session, bind, external, checked_out=False)
+        _refuse(guard, session, _Held(bind, external, checked_out=False))
 
 
 def commits_each_statement(connection: sa.Connection) -> bool:
@@ -124,23 +124,20 @@ def _held(root: SessionTransaction) -> Iterator[_Held]:
     for entry in getattr(root, "_connections", {}).values():
         if id(entry[0]) not in seen:
             seen.add(id(entry[0]))
-            yield _entry(entry)
+            yield _entry(entry, root=True)
 
 
-def _entry(entry: tuple[Any, ...]) -> _Held:
+def _entry(entry: tuple[Any, ...], root: bool) -> _Held:
+    """One ``_connections`` entry; ``root``: of the session's root transaction (a savepoint's
+    entry holds a savepoint of its own, which joins nothing)."""
     connection, transaction, should_commit, closes = entry[0], entry[1], entry[2], entry[3]
-    external = not should_commit or isinstance(transaction, NestedTransaction)
+    external = root and (not should_commit or isinstance(transaction, NestedTransaction))
     return _Held(connection, external, bool(closes))
 
 
-def _refuse(
-    guard: SessionGuard,
-    session: Session,
-    connection: sa.Connection,
-    external: bool,
-    checked_out: bool,
-) -> None:
-    if external:
+def _refuse(guard: SessionGuard, session: Session, held: _Held) -> None:
+    connection = held.connection
+    if held.external:
         raise guard.refuse(
             ExternalTransactionError(
                 f"transaction {guard.txn_id}: the session is bound to a Connection in a "
@@ -153,7 +150,7 @@ def _refuse(
             )
         )
     if commits_each_statement(connection) and _holds_evidence(session, connection):
-        if checked_out:  # the session's own: no later statement commits on its own if caught
+        if held.checked_out:  # the session's own: no later statement commits on its own if caught
             connection.invalidate()
         raise guard.refuse(
             AutocommitSessionError(
@@ -192,9 +189,6 @@ def _on_begin(session: Session, scope: SessionTransaction, connection: sa.Connec
     if guard is None:
         return
     entry = getattr(scope, "_connections", {}).get(connection)  # keyed by connection too
-    if entry is None:
-        _refuse(guard, session, connection, external=False, checked_out=False)
-        return
-    held = _entry(entry)
-    external = held.external and not scope.nested and scope.parent is None
-    _refuse(guard, session, connection, external, held.checked_out)
+    root = not scope.nested and scope.parent is None  # a savepoint's joins nothing
+    held = _Held(connection, False, False) if entry is None else _entry(entry, root)
+    _refuse(guard, session, held)

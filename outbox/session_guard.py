@@ -46,9 +46,10 @@ class SessionGuard:
         self._scopes: list[SessionTransaction] = []
         self._sends = 0
         self._broken: str | None = None
-        self._commit_refused = False
         self._committing = False
-        #: Why the session cannot carry this transaction (:mod:`outbox.database_transaction`).
+        #: Why the transaction cannot commit, raised again by :meth:`check` even if caught: a
+        #: ``commit()`` inside it, or a session that cannot carry it
+        #: (:mod:`outbox.database_transaction`).
         self._refused: Exception | None = None
 
     @classmethod
@@ -80,15 +81,13 @@ class SessionGuard:
         """Raise, before the outbox commits, when the transaction is no longer whole.
 
         Raises:
-            AutocommitSessionError, ExternalTransactionError: the session was refused
-                (:meth:`refuse`).
-            CommitInsideTransactionError: code inside the transaction called ``commit()``.
+            CommitInsideTransactionError: code inside the transaction called ``commit()``;
+                AutocommitSessionError, ExternalTransactionError: the session cannot carry
+                it (the first of these, :meth:`refuse`).
             SendRolledBackError: a rollback undid a scope a half message was sent in.
         """
         if self._refused is not None:
             raise self._refused
-        if self._commit_refused:
-            raise CommitInsideTransactionError(_commit_message(self.txn_id))
         if self._broken is not None:
             raise SendRolledBackError(
                 f"transaction {self.txn_id}: {self._broken} after a half message was sent in "
@@ -99,8 +98,9 @@ class SessionGuard:
             )
 
     def refuse(self, err: Exception) -> Exception:
-        """The session cannot carry this transaction (autocommit, or a transaction it does not
-        own): ``err`` is raised now and again before the COMMIT, even if the caller caught it."""
+        """This transaction cannot commit (a ``commit()`` inside it, autocommit, a transaction
+        the session does not own): ``err``, to raise now; :meth:`check` raises the first one
+        again before the COMMIT, even if the caller caught it."""
         if self._refused is None:
             self._refused = err
         return err
@@ -114,8 +114,7 @@ class SessionGuard:
     def _before_commit(self, session: Session) -> None:
         if self._committing or session.in_nested_transaction():
             return  # the outbox's own commit, or a savepoint's release
-        self._commit_refused = True
-        raise CommitInsideTransactionError(_commit_message(self.txn_id))
+        raise self.refuse(CommitInsideTransactionError(_commit_message(self.txn_id)))
 
     def _rolled_back(self, scope: SessionTransaction) -> None:
         if self._broken is None and any(s is scope for s in self._scopes):
