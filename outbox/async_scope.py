@@ -20,6 +20,7 @@ from outbox.database_transaction import require_own_transaction
 from outbox.evidence import write_evidence, write_while_sending
 from outbox.logs import fields
 from outbox.nesting import current, joined, opened
+from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
 from outbox.transaction import OutboxTransaction, TransactionHost
@@ -43,6 +44,7 @@ async def run_async(
     db, own = opened(
         AsyncSession, session, "an `async with` block needs an AsyncSession or async_sessionmaker"
     )
+    refuse_sharded(db.sync_session)
     if producer.known_partitions is None:  # read once per producer: a blocking request
         await asyncio.to_thread(lambda: producer.partitions)
     txn = AsyncOutboxTransaction(
@@ -56,6 +58,7 @@ async def run_async(
             await db.run_sync(require_own_transaction, guard)
         else:
             require_own_transaction(db.sync_session, guard)
+        watch_held(db.sync_session, guard)
         yield txn
         await txn.close()
         txn.check_awaited()
@@ -66,9 +69,10 @@ async def run_async(
                 await db.commit()
             else:
                 await tracing.otel.commit_async(txn.core, db.commit)
-        except BaseException:
-            commit_failed(txn.core)
-            await discard_connections_async(db, txn.txn_id)
+        except BaseException as err:
+            if not guard.refused(err):  # a refusal comes before any database commits
+                commit_failed(txn.core)
+                await discard_connections_async(db, txn.txn_id)
             raise
         await txn.finish(LocalTransactionState.COMMIT)
     except BaseException:

@@ -46,7 +46,7 @@ from sqlalchemy.engine import NestedTransaction
 from sqlalchemy.orm import Session, SessionTransaction
 
 from outbox.errors import AutocommitSessionError, ExternalTransactionError
-from outbox.evidence import evidence_table
+from outbox.evidence import EVIDENCE_INSERT
 from outbox.session_guard import SessionGuard
 
 
@@ -171,13 +171,10 @@ def _holds_evidence(session: Session, connection: sa.Connection) -> bool:
     several binds may read from an autocommit replica, which the guarantee does not cover (only
     writes in the evidence row's database commit with it)."""
     try:
-        bind = session.get_bind(clause=_EVIDENCE_INSERT)
+        bind = session.get_bind(clause=EVIDENCE_INSERT)
     except Exception:  # no bind for it (the INSERT will say so), or a routing get_bind's own
         return True
     return bind.engine.pool is connection.engine.pool
-
-
-_EVIDENCE_INSERT = evidence_table.insert()
 
 
 @event.listens_for(Session, "after_begin")

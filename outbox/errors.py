@@ -4,6 +4,10 @@
 
     OutboxError
     ├── ConfigurationError          bad settings or decorator options
+    │   ├── WrongFormError
+    │   ├── AutocommitSessionError  the session commits each statement on its own
+    │   ├── ExternalTransactionError  the session's commit would not commit
+    │   └── MultipleDatabasesError  the transaction's writes span databases
     ├── ProtocolError               a record on an internal topic we cannot read
     │   └── UnknownSchemaVersionError
     ├── InvalidMessageError         bad input to send(), refused before anything is sent
@@ -144,6 +148,13 @@ class ExternalTransactionError(ConfigurationError):
     """Raised when an outbox transaction's session is in a database transaction it does not own
     (joined to a ``Connection``'s, or through a savepoint), so its commit would not commit; the
     outbox transaction rolls back."""
+
+
+class MultipleDatabasesError(ConfigurationError):
+    """Raised when an outbox transaction would commit writes in a database other than its
+    evidence row's (a horizontally sharded session, or a session with several binds that wrote
+    to a second one): each database commits on its own, so the messages could announce writes
+    that never commit; the outbox transaction rolls back."""
 
 
 class SendRolledBackError(OutboxError):

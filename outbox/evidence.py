@@ -38,6 +38,8 @@ horizon_table = sa.Table(
 
 EVIDENCE = "evidence"
 FENCE = "fence"
+#: The producer's INSERT of its evidence row; also what a session's bind for it is asked with.
+EVIDENCE_INSERT = evidence_table.insert()
 
 
 def write_evidence(session: Session, txn_id: str, producer_group: str) -> None:
@@ -54,7 +56,7 @@ def write_evidence(session: Session, txn_id: str, producer_group: str) -> None:
         "created_at": dt.datetime.now(dt.UTC),
     }
     try:
-        session.execute(evidence_table.insert(), row)  # one row: not the executemany path
+        session.execute(EVIDENCE_INSERT, row)  # one row: not the executemany path
     except sa.exc.IntegrityError as err:
         raise TransactionFencedError(
             f"transaction {txn_id} was fenced by a check (it answered ROLLBACK while this "

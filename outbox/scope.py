@@ -41,6 +41,7 @@ from outbox.nesting import (
     joined,
     opened,
 )
+from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
 from outbox.transaction import OutboxTransaction, TransactionHost
@@ -116,12 +117,14 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
         yield outer
         return
     db, own = opened(Session, session, "a `with` block needs a SQLAlchemy Session or sessionmaker")
+    refuse_sharded(db)
     txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
     txn.session = db
     guard = SessionGuard.attach(db, txn.txn_id)
     token = current.set(txn)
     try:
         require_own_transaction(db, guard)
+        watch_held(db, guard)
         yield txn
         txn.committing()  # no COMMIT before every half record is acknowledged
         txn.check_whole()
@@ -132,9 +135,10 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
                 db.commit()
             else:
                 tracing.otel.commit(txn, db.commit)
-        except BaseException:
-            commit_failed(txn)
-            discard_connections(db.invalidate, txn.txn_id)
+        except BaseException as err:
+            if not guard.refused(err):  # a refusal comes before any database commits
+                commit_failed(txn)
+                discard_connections(db.invalidate, txn.txn_id)
             raise
         txn.finish(LocalTransactionState.COMMIT)
     except BaseException:

@@ -28,6 +28,9 @@ events, registered once; a session the outbox does not run costs a dictionary lo
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
@@ -48,9 +51,13 @@ class SessionGuard:
         self._broken: str | None = None
         self._committing = False
         #: Why the transaction cannot commit, raised again by :meth:`check` even if caught: a
-        #: ``commit()`` inside it, or a session that cannot carry it
-        #: (:mod:`outbox.database_transaction`).
+        #: ``commit()`` inside it, a session that cannot carry it
+        #: (:mod:`outbox.database_transaction`), or a write to a second database
+        #: (:mod:`outbox.other_databases`).
         self._refused: Exception | None = None
+        #: Connections watched for writes (:mod:`outbox.other_databases`), by id, each with
+        #: what stops watching it when the transaction ends.
+        self._watched: dict[int, Callable[[], None]] = {}
 
     @classmethod
     def attach(cls, session: Session, txn_id: str) -> SessionGuard:
@@ -67,6 +74,17 @@ class SessionGuard:
     def detach(self) -> None:
         if self.session.info.get(_KEY) is self:
             del self.session.info[_KEY]
+        for stop in self._watched.values():
+            with contextlib.suppress(Exception):  # a listener on a connection already gone
+                stop()
+        self._watched.clear()
+
+    def watching(self, connection: object) -> bool:
+        return id(connection) in self._watched
+
+    def watch(self, connection: object, stop: Callable[[], None]) -> None:
+        """``connection`` is watched until the transaction ends; then ``stop()`` is called."""
+        self._watched[id(connection)] = stop
 
     def sent(self) -> None:
         """A half message was sent: the scopes open now must end in the outbox's commit."""
@@ -83,7 +101,8 @@ class SessionGuard:
         Raises:
             CommitInsideTransactionError: code inside the transaction called ``commit()``;
                 AutocommitSessionError, ExternalTransactionError: the session cannot carry
-                it (the first of these, :meth:`refuse`).
+                it; MultipleDatabasesError: it wrote a second database (the first of these,
+                :meth:`refuse`).
             SendRolledBackError: a rollback undid a scope a half message was sent in.
         """
         if self._refused is not None:
@@ -99,11 +118,18 @@ class SessionGuard:
 
     def refuse(self, err: Exception) -> Exception:
         """This transaction cannot commit (a ``commit()`` inside it, autocommit, a transaction
-        the session does not own): ``err``, to raise now; :meth:`check` raises the first one
-        again before the COMMIT, even if the caller caught it."""
+        the session does not own, a write to a second database): ``err``, to raise now;
+        :meth:`check` raises the first one again before the COMMIT, even if the caller caught
+        it."""
         if self._refused is None:
             self._refused = err
         return err
+
+    def refused(self, err: BaseException) -> bool:
+        """Whether ``err`` is this transaction's refusal: raised inside the outbox's own
+        ``db.commit()`` (by a check on the flush it starts with), it means no database
+        committed, so the transaction rolls back rather than waiting for a check."""
+        return err is self._refused
 
     def committing(self) -> None:
         """The outbox's own COMMIT is next: let it through."""
