@@ -18,8 +18,9 @@ never delivered. So:
   added by the session's ``after_begin`` event and removed when the outbox transaction ends):
   Core statements, the ORM's flushes (the COMMIT's own included, before any database commits)
   and statements run by the caller's own session events alike. Reads are fine. A statement
-  counts as a read by its first keyword (``SELECT``, ``WITH`` without a data-modifying part,
-  ``SHOW``, ``EXPLAIN``, ...); anything else counts as a write.
+  counts as a read by its first keyword (``SELECT`` without ``INTO``, ``WITH`` without a
+  data-modifying part, ``SHOW``, ``EXPLAIN`` without ``ANALYZE``, a savepoint, ``BEGIN``
+  alone, ...: :func:`writes`); anything else counts as a write.
 
 Not seen: writes before the outbox transaction began on a session the caller passes in already
 begun (only its later statements are watched), statements run on the DBAPI connection itself,
@@ -48,6 +49,7 @@ from outbox.session_guard import SessionGuard
 _READS = frozenset(
     [
         "SELECT",
+        "WITH",
         "SHOW",
         "EXPLAIN",
         "DESCRIBE",
@@ -59,13 +61,28 @@ _READS = frozenset(
         "BEGIN",
         "START",
         "SAVEPOINT",
+        "SAVE",
         "RELEASE",
         "ROLLBACK",
         "LOCK",
     ]
 )
-_FIRST_WORD = re.compile(r"(?:\s|\(|--[^\n]*\n|/\*.*?\*/)*([A-Za-z]+)", re.S)
-_MODIFYING = re.compile(r"\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.I)
+#: Leading blanks, parentheses and comments (no comment body can hold its own end, and the
+#: group is possessive, so no input makes the match backtrack), then the first keyword.
+_FIRST_WORD = re.compile(r"(?:\s|\(|--[^\n]*\n|#[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)*+([A-Za-z]+)")
+#: What makes a statement of a reading keyword write after all: a data-modifying part of a
+#: ``WITH``, ``SELECT ... INTO`` (a new table), ``EXPLAIN ANALYZE`` (runs the statement).
+_WRITES_INSIDE = {
+    "WITH": re.compile(r"\b(?:INSERT|UPDATE|DELETE|MERGE)\b", re.I),
+    "SELECT": re.compile(r"\bINTO\b", re.I),
+    "EXPLAIN": re.compile(r"\bANALY[SZ]E\b", re.I),
+}
+#: Row locks, which read: ``... FOR UPDATE`` must not look like an ``UPDATE``.
+_ROW_LOCK = re.compile(r"\bFOR\s+(?:NO\s+KEY\s+)?UPDATE\b", re.I)
+#: ``BEGIN`` alone begins a transaction; ``BEGIN ... END`` is a procedural block.
+_BEGIN_ALONE = re.compile(
+    r"\s*BEGIN(?:\s+(?:TRANSACTION|TRAN|WORK|DEFERRED|IMMEDIATE|EXCLUSIVE))?\s*;?\s*", re.I
+)
 
 
 def refuse_sharded(session: Session) -> None:
@@ -99,20 +116,24 @@ def watch_held(session: Session, guard: SessionGuard) -> None:
 
 
 def writes(statement: str) -> bool:
-    """Whether ``statement`` may write: anything but a read by its first keyword."""
+    """Whether ``statement`` may write: anything but a read by its first keyword (and what
+    that keyword's statement can hide: :data:`_WRITES_INSIDE`)."""
     found = _FIRST_WORD.match(statement)
     if found is None:
         return True
     word = found.group(1).upper()
-    if word == "WITH":
-        return _MODIFYING.search(statement) is not None
-    return word not in _READS
+    if word not in _READS:
+        return True
+    if word == "BEGIN":
+        return _BEGIN_ALONE.fullmatch(statement) is None
+    inside = _WRITES_INSIDE.get(word)
+    return inside is not None and inside.search(_ROW_LOCK.sub("", statement)) is not None
 
 
 def _watch(session: Session, guard: SessionGuard, connection: sa.Connection) -> None:
     """Refuse writes over ``connection`` if it is not the evidence row's, from now until the
     outbox transaction ends."""
-    if session.twophase or guard.watching(connection) or _is_evidence(session, connection):
+    if session.twophase or guard.watching(connection) or _is_evidence(session, guard, connection):
         return
     if commits_each_statement(connection):
         return
@@ -138,14 +159,19 @@ def _watch(session: Session, guard: SessionGuard, connection: sa.Connection) -> 
     guard.watch(connection, lambda: event.remove(connection, "before_cursor_execute", before))
 
 
-def _is_evidence(session: Session, connection: sa.Connection) -> bool:
+def _is_evidence(session: Session, guard: SessionGuard, connection: sa.Connection) -> bool:
     """Whether ``connection`` is the one the evidence row is (or will be) inserted over: the
     session's bind for that INSERT, or a connection of it (True when the session has no bind
-    for it: the INSERT will say what is wrong)."""
-    try:
-        bind = session.get_bind(clause=EVIDENCE_INSERT)
-    except Exception:  # no bind for it, or a routing get_bind's own failure
-        return True
+    for it: the INSERT will say what is wrong). The bind is asked for once per transaction, so
+    a ``get_bind`` whose answer depends on the moment cannot make two connections both count
+    as the evidence row's (a later answer that differs sends the INSERT over a watched one,
+    which refuses it)."""
+    bind = guard.evidence_bind
+    if bind is None:
+        try:
+            bind = guard.evidence_bind = session.get_bind(clause=EVIDENCE_INSERT)
+        except Exception:  # no bind for it, or a routing get_bind's own failure
+            return True
     return connection is bind or connection.engine is bind
 
 

@@ -58,6 +58,8 @@ class SessionGuard:
         #: Connections watched for writes (:mod:`outbox.other_databases`), by id, each with
         #: what stops watching it when the transaction ends.
         self._watched: dict[int, Callable[[], None]] = {}
+        #: The session's bind for the evidence INSERT, asked for once (the same module).
+        self.evidence_bind: object | None = None
 
     @classmethod
     def attach(cls, session: Session, txn_id: str) -> SessionGuard:
