@@ -60,7 +60,7 @@ def require_own_transaction(session: Session, guard: SessionGuard) -> None:
     """
     root = session.get_transaction()
     if root is not None:  # the caller's session, begun: the connections it holds
-        for held in _held(root):
+        for held in held_connections(root):
             _refuse(guard, session, held)
         return
     try:
@@ -116,7 +116,7 @@ class _Held:
     checked_out: bool
 
 
-def _held(root: SessionTransaction) -> Iterator[_Held]:
+def held_connections(root: SessionTransaction) -> Iterator[_Held]:
     """The connections a begun session holds (SQLAlchemy 1.4-2.1's ``_connections``: each
     connection's transaction, whether the session's commit commits it, whether it closes it;
     nothing when that table is gone)."""

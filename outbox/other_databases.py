@@ -40,7 +40,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.horizontal_shard import ShardedSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from outbox.database_transaction import commits_each_statement
+from outbox.database_transaction import commits_each_statement, held_connections
 from outbox.errors import MultipleDatabasesError
 from outbox.evidence import EVIDENCE_INSERT
 from outbox.session_guard import SessionGuard
@@ -105,14 +105,9 @@ def watch_held(session: Session, guard: SessionGuard) -> None:
     """Watch the connections a session the caller passes in, already begun, holds (its later
     statements; what it wrote before is not seen). Nothing to do for a session not begun."""
     root = session.get_transaction()
-    if root is None:
-        return
-    seen: set[int] = set()
-    for entry in getattr(root, "_connections", {}).values():  # SQLAlchemy 1.4-2.1
-        connection = entry[0]
-        if id(connection) not in seen:
-            seen.add(id(connection))
-            _watch(session, guard, connection)
+    if root is not None:
+        for held in held_connections(root):
+            _watch(session, guard, held.connection)
 
 
 def writes(statement: str) -> bool:
