@@ -35,7 +35,8 @@ from outbox.checks.listener import CheckingListener, FunctionResolver
 from outbox.checks.resolver import FencedResolver, Resolver
 from outbox.checks.routing import CheckRouter, OmittedValues
 from outbox.checks.server import CheckServer
-from outbox.errors import ConfigurationError, WrongFormError
+from outbox.errors import ConfigurationError, ProducerClosedError, WrongFormError
+from outbox.forking import PerProcess, current_pid
 from outbox.kafka_io import KafkaIO
 from outbox.message import Serializer
 from outbox.metrics import producer_metrics
@@ -78,11 +79,24 @@ class OutboxProducer:
         #: None without prometheus_client; for a resolver made by hand (``metrics=``).
         self.metrics = producer_metrics(settings.producer_group, metrics_registry)
         tracing.load()  # the OpenTelemetry API, if installed (outbox.tracing)
-        self.kafka = KafkaIO(settings, self.metrics)
+        self._closed = False
+        self._kafka = PerProcess(self._new_clients, "Kafka clients")
         self._partitions: int | None = None
-        self._services: list[Callable[[], None]] = []
+        #: What ``close()`` stops, each with the process that started it (:mod:`outbox.forking`).
+        self._services: list[tuple[int, Callable[[], None]]] = []
         self._listener: tuple[CheckingListener, FunctionResolver] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _new_clients(self) -> KafkaIO:
+        if self._closed:  # closed before its process forked: closed in the child too
+            raise ProducerClosedError("this outbox producer is closed; create a new one")
+        return KafkaIO(self.settings, self.metrics)
+
+    @property
+    def kafka(self) -> KafkaIO:
+        """This process's Kafka clients: made again on first use in a forked child
+        (:mod:`outbox.forking`)."""
+        return self._kafka.get()
 
     @property
     def partitions(self) -> int:
@@ -169,7 +183,7 @@ class OutboxProducer:
             version=_version(),
             instance_id=instance_id,
         )
-        self._services += [heartbeat.close, server.close, router.close]
+        self._started(heartbeat.close, server.close, router.close)
         return server
 
     def check_app(
@@ -226,7 +240,7 @@ class OutboxProducer:
         app = CheckApp(
             check_settings, router, start=start, on_loop=self.use_loop, metrics=self.metrics
         )
-        self._services += [router.close]
+        self._started(router.close)
         return app
 
     def _check_settings(self, secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
@@ -301,11 +315,24 @@ class OutboxProducer:
     def _kafka_config(self) -> dict[str, object]:
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
 
+    def _started(self, *closers: Callable[[], None]) -> None:
+        self._services += [(current_pid(), closer) for closer in closers]
+
     def close(self, timeout: float = 10.0) -> None:
-        """Stop serving checks (tombstoning this instance), flush, release the Kafka client."""
+        """Stop serving checks (tombstoning this instance), flush, release the Kafka client.
+
+        In a forked child, only what the child started: the check endpoint and clients it
+        inherited are its parent's (:mod:`outbox.forking`).
+        """
         while self._services:
-            self._services.pop(0)()
-        self.kafka.close(timeout)
+            pid, closer = self._services.pop(0)
+            if pid == current_pid():
+                closer()
+        if not self._closed:
+            # a forked child that never sent makes its own clients here, so that, as anywhere, a
+            # send after close() raises ProducerClosedError
+            self.kafka.close(timeout)
+            self._closed = True
 
     def __enter__(self) -> OutboxProducer:
         return self

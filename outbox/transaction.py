@@ -46,7 +46,9 @@ class TransactionHost(Protocol):
     settings: OutboxSettings
     serializer: Serializer | None
     key_serializer: Serializer | None
-    kafka: KafkaIO
+
+    @property
+    def kafka(self) -> KafkaIO: ...
 
     @property
     def partitions(self) -> int: ...
