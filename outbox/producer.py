@@ -20,6 +20,7 @@ checks and fences in its default ``REGISTRY``, or in ``metrics_registry=``
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
@@ -36,7 +37,7 @@ from outbox.checks.resolver import FencedResolver, Resolver
 from outbox.checks.routing import CheckRouter, OmittedValues
 from outbox.checks.server import CheckServer
 from outbox.errors import ConfigurationError, ProducerClosedError, WrongFormError
-from outbox.forking import PerProcess, current_pid
+from outbox.forking import PerProcess, keep
 from outbox.kafka_io import KafkaIO
 from outbox.message import Serializer
 from outbox.metrics import producer_metrics
@@ -82,8 +83,9 @@ class OutboxProducer:
         self._closed = False
         self._kafka = PerProcess(self._new_clients, "Kafka clients")
         self._partitions: int | None = None
-        #: What ``close()`` stops, each with the process that started it (:mod:`outbox.forking`).
-        self._services: list[tuple[int, Callable[[], None]]] = []
+        #: What ``close()`` stops, each with the process that started it, or None for what each
+        #: process closes its own part of (:meth:`close`).
+        self._services: list[tuple[int | None, Callable[[], None]]] = []
         self._listener: tuple[CheckingListener, FunctionResolver] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -183,7 +185,8 @@ class OutboxProducer:
             version=_version(),
             instance_id=instance_id,
         )
-        self._started(heartbeat.close, server.close, router.close)
+        self._started(heartbeat.close, server.close)
+        self._started(router.close, in_every_process=True)
         return server
 
     def check_app(
@@ -240,7 +243,7 @@ class OutboxProducer:
         app = CheckApp(
             check_settings, router, start=start, on_loop=self.use_loop, metrics=self.metrics
         )
-        self._started(router.close)
+        self._started(router.close, in_every_process=True)
         return app
 
     def _check_settings(self, secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
@@ -315,24 +318,34 @@ class OutboxProducer:
     def _kafka_config(self) -> dict[str, object]:
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
 
-    def _started(self, *closers: Callable[[], None]) -> None:
-        self._services += [(current_pid(), closer) for closer in closers]
+    def _started(self, *closers: Callable[[], None], in_every_process: bool = False) -> None:
+        """Register what :meth:`close` stops: in the process that started it, or, for a check
+        router (whose Kafka reader each process makes its own of), in every process."""
+        pid = None if in_every_process else os.getpid()
+        self._services += [(pid, closer) for closer in closers]
 
     def close(self, timeout: float = 10.0) -> None:
-        """Stop serving checks (tombstoning this instance), flush, release the Kafka client.
+        """Stop serving checks (tombstoning this instance), flush, release the Kafka clients.
 
-        In a forked child, only what the child started: the check endpoint and clients it
-        inherited are its parent's (:mod:`outbox.forking`).
+        In a process forked from the one that made the producer (a preloading server's worker:
+        :mod:`outbox.forking`), only what that process started. The check endpoint and heartbeat
+        it inherited are its parent's, whose thread alone serves them, and they go on answering
+        for the whole producer group there (an instance of the group answers any of its checks),
+        so a worker's ``close()`` does not tombstone them; the clients it inherited are never
+        used or destroyed in it.
         """
+        pid = os.getpid()
         while self._services:
-            pid, closer = self._services.pop(0)
-            if pid == current_pid():
+            started_in, closer = self._services.pop(0)
+            if started_in in (None, pid):
                 closer()
-        if not self._closed:
-            # a forked child that never sent makes its own clients here, so that, as anywhere, a
-            # send after close() raises ProducerClosedError
-            self.kafka.close(timeout)
-            self._closed = True
+            else:
+                keep(closer)  # it holds the parent's heartbeat client
+        kafka = self._kafka.made_here()
+        if kafka is not None:
+            kafka.close(timeout)
+        # a forked child makes no clients after this: a send raises ProducerClosedError
+        self._closed = True
 
     def __enter__(self) -> OutboxProducer:
         return self

@@ -21,6 +21,7 @@ from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.resolver import Resolver, State
 from outbox.errors import ConfigurationError
 from outbox.fetch import HalfFetcher
+from outbox.forking import PerProcess
 from outbox.logs import fields
 from outbox.protocol.check import CheckedTransaction
 from outbox.protocol.states import CheckBy
@@ -130,19 +131,20 @@ class OmittedValues:
     def __init__(self, config: dict[str, Any], half_topic: str) -> None:
         self.config = config
         self.half_topic = half_topic
-        self._fetcher: HalfFetcher | None = None
-        self._lock = threading.Lock()
+        # each process reads with a Kafka consumer of its own (:mod:`outbox.forking`)
+        self._reading = PerProcess(_Reading, None)
 
     def complete(self, check: CheckedTransaction) -> CheckedTransaction:
         """``check`` with its value, or unchanged (still omitted) when it cannot be read."""
         half = check.half
         if not check.value_omitted or half is None:
             return check
+        reading = self._reading.get()
         try:
-            with self._lock:
-                if self._fetcher is None:
-                    self._fetcher = HalfFetcher(self.config, self.half_topic, timeout_s=5.0)
-                found = self._fetcher.fetch(half.partition, [half.original_offset], check.txn_id)
+            with reading.lock:
+                if reading.fetcher is None:
+                    reading.fetcher = HalfFetcher(self.config, self.half_topic, timeout_s=5.0)
+                found = reading.fetcher.fetch(half.partition, [half.original_offset], check.txn_id)
         except Exception:
             log.exception(
                 "reading back the half value of %s failed",
@@ -169,7 +171,19 @@ class OmittedValues:
         return replace(check, half=replace(half, message=record.message), value_omitted=False)
 
     def close(self) -> None:
-        with self._lock:
-            if self._fetcher is not None:
-                self._fetcher.close()
-                self._fetcher = None
+        """Close this process's reader (a forked child's inherited one is not its own)."""
+        reading = self._reading.made_here()
+        if reading is None:
+            return
+        with reading.lock:
+            if reading.fetcher is not None:
+                reading.fetcher.close()
+                reading.fetcher = None
+
+
+class _Reading:
+    """One process's reader of the half topic, made on its first use."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.fetcher: HalfFetcher | None = None
