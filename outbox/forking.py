@@ -3,24 +3,24 @@ Celery's prefork pool, ``multiprocessing`` with the ``fork`` start method.
 
 librdkafka is not fork-safe: a client's threads do not survive ``fork()``. In the child, a client
 made before the fork takes records and never sends them, and destroying it waits for threads that
-are not there (about a second per client, measured, at the latest when the child exits). So a
-Kafka client is held in a :class:`PerProcess`: a forked child makes its own on first use, and the
-one it inherited is never used and never destroyed there (:func:`keep`). Records the
-parent had handed to its client before the fork are the parent's to send; the child's copy of
-them is never sent, so nothing is sent twice. What an :class:`~outbox.OutboxProducer` does with
-this is its own (:meth:`~outbox.OutboxProducer.close`).
+are not there (about a second per client, measured). So a Kafka client is held in a
+:class:`PerProcess`: a forked child makes its own on first use, and never uses the one it
+inherited, which, once replaced, is kept (:func:`keep`), never destroyed there. Records the parent
+had handed to its client before the fork are the parent's to send; the child's copy of them is
+never sent, so nothing is sent twice. What an :class:`~outbox.OutboxProducer` does with this is
+its own (:meth:`~outbox.OutboxProducer.close`).
 
-The process is told by ``os.getpid()`` on each use (well under a microsecond), not by an at-fork
-hook, so that it holds however the process was forked: a server may fork from C without running
-Python's at-fork hooks (uWSGI does unless given ``--py-call-osafterfork``; CPython itself then
-needs ``--lazy-apps`` once threads ran before the fork). Each process takes its own lock, looked up
-by its pid, for the same reason: a lock copied by a fork while one of the parent's threads held it
-would stay locked in the child for ever.
+The process is told by ``os.getpid()`` on each use (0.18 us, measured), not by an at-fork hook,
+so that it holds however the process was forked: a server may fork from C without running
+Python's at-fork hooks (uWSGI does, unless given ``--py-call-osafterfork``; CPython itself needs
+them once threads ran before the fork, so with a producer made before the fork give uWSGI that
+option, or ``--lazy-apps``). Each process takes its own lock, looked up by its pid, for the same
+reason: a lock copied by a fork while one of the parent's threads held it would stay locked in the
+child for ever.
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import threading
@@ -33,6 +33,8 @@ log = logging.getLogger("outbox")
 
 #: One lock per process (see the module's docstring); ``setdefault`` is atomic under the GIL.
 _locks: dict[int, threading.Lock] = {}
+#: Where :func:`keep` puts what it cannot keep with a reference of its own (no ctypes).
+_kept: list[object] = []
 
 
 def keep(inherited: object) -> None:
@@ -40,10 +42,18 @@ def keep(inherited: object) -> None:
     process this one was forked from.
 
     A reference that is never released, so not even the interpreter's exit destroys it (a list
-    would be cleared then): a worker with an inherited producer exited in 1.02 s that way, in
-    0.03 s this way (measured).
+    is cleared then): a worker holding an inherited confluent-kafka ``Producer`` exited in 1.02 s
+    when a list held it, in 0.03 s this way (measured). Without ctypes, a list it is.
     """
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(inherited))
+    try:
+        import ctypes
+
+        incref = ctypes.pythonapi.Py_IncRef
+    except (ImportError, AttributeError):  # pragma: no cover - no ctypes, or not CPython
+        _kept.append(inherited)
+        return
+    incref.argtypes, incref.restype = [ctypes.py_object], None
+    incref(inherited)
 
 
 class PerProcess(Generic[T]):
@@ -66,10 +76,11 @@ class PerProcess(Generic[T]):
             return self._value
         with _locks.setdefault(pid, threading.Lock()):
             if self._pid != pid:
-                parent, made = self._pid, self._make()
-                keep(self._value)
+                parent, inherited = self._pid, self._value
                 # the value before the pid: a thread that sees this process's pid sees its value
-                self._value, self._pid = made, pid
+                self._value = self._make()
+                self._pid = pid
+                keep(inherited)
                 if self._what is not None:
                     log.info(
                         "process %d was forked from process %d after its %s were made: made "

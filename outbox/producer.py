@@ -332,7 +332,7 @@ class OutboxProducer:
         it inherited are its parent's, whose thread alone serves them, and they go on answering
         for the whole producer group there (an instance of the group answers any of its checks),
         so a worker's ``close()`` does not tombstone them; the clients it inherited are never
-        used or destroyed in it.
+        used in it.
         """
         pid = os.getpid()
         while self._services:

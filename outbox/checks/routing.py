@@ -173,7 +173,7 @@ class OmittedValues:
     def close(self) -> None:
         """Close this process's reader (a forked child's inherited one is not its own)."""
         reading = self._reading.made_here()
-        if reading is None:
+        if reading is None:  # inherited: never closed here (:mod:`outbox.forking`)
             return
         with reading.lock:
             if reading.fetcher is not None:

@@ -54,24 +54,34 @@ TWO = (os.fork, os.fork)
 
 
 def in_workers(
-    work: Callable[[int], object], forks: Sequence[Callable[[], int]], *, timeout: float = 60
+    work: Callable[[int], object],
+    forks: Sequence[Callable[[], int]],
+    *,
+    timeout: float = 60,
+    own_group: bool = True,
 ) -> list[object]:
     """``work(i)`` in a worker forked by each of ``forks``, one after another; what each
     returned, or the error it raised (``"TypeName: message"``), ``"hung"`` when it had not
-    exited by ``timeout``, or its exit status when it exited without a report."""
+    exited by ``timeout``, or its exit status when it exited without a report. Each is the
+    leader of a process group of its own (``own_group``), so that a timeout kills its own workers
+    too (which stay in its group)."""
     started: list[tuple[int, int]] = []
     for i, fork in enumerate(forks):
         read_end, write_end = os.pipe()
         pid = fork()
         if pid == 0:  # the worker: reports, then exits without the parent's clean-up
-            os.close(read_end)
             try:
-                result = work(i)
-            except BaseException as err:
-                result = f"{type(err).__name__}: {err}"
-            with os.fdopen(write_end, "wb") as out:
-                out.write(pickle.dumps(result))
-            os._exit(0)
+                if own_group:
+                    os.setpgid(0, 0)
+                os.close(read_end)
+                try:
+                    result = work(i)
+                except BaseException as err:
+                    result = f"{type(err).__name__}: {err}"
+                with os.fdopen(write_end, "wb") as out:
+                    out.write(pickle.dumps(result))
+            finally:  # whatever happened, never back into the test session
+                os._exit(0)
         os.close(write_end)
         started.append((pid, read_end))
     deadline = time.monotonic() + timeout
@@ -80,17 +90,18 @@ def in_workers(
         status: int | None = None
         while status is None and time.monotonic() < deadline:
             done, code = os.waitpid(pid, os.WNOHANG)
-            status = code if done else None
+            status = os.waitstatus_to_exitcode(code) if done else None
             time.sleep(0 if done else 0.05)
         if status is None:
-            os.kill(pid, signal.SIGKILL)
+            (os.killpg if own_group else os.kill)(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
+            os.close(read_end)
+            reported.append("hung")
+            continue
         with os.fdopen(read_end, "rb") as given:
             report = given.read()
-        if status is None:
-            reported.append("hung")
-        elif status != 0 or not report:
-            reported.append(f"exit status {status}")
+        if status != 0 or not report:
+            reported.append(f"exit status {status}, no report")
         else:
             reported.append(pickle.loads(report))
     return reported
@@ -134,7 +145,7 @@ def test_a_per_process_value_is_made_once_per_process() -> None:
             "this process's is its own": value.made_here() == me,
             # a worker forked from this worker makes its own again
             "in a worker's worker": in_workers(
-                lambda _: (value.get() == f"{os.getpid()}", len(made)), [os.fork]
+                lambda _: (value.get() == f"{os.getpid()}", len(made)), [os.fork], own_group=False
             ),
         }
 
