@@ -12,6 +12,7 @@ and the op that decided each transaction.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pickle
 import signal
@@ -337,3 +338,56 @@ def test_a_forked_worker_reads_omitted_values_with_a_reader_of_its_own(
     # and the parent's reader, not closed by them, still reads
     assert values.complete(check).half.message.value == b"a large value"  # type: ignore[union-attr]
     values.close()
+
+
+class Declined(Exception):
+    """The business code's own error: the order is declined."""
+
+
+@pytest.mark.integration
+def test_eight_workers_roll_back_what_raised_and_deliver_the_rest(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    # Given a producer made before the fork that has sent (its clients are running)
+    topic = unique("orders")
+    create_topic(kafka_bootstrap, topic, partitions=3)
+    factory = sessionmaker(engine)
+
+    def order(order_id: str, declined: bool) -> None:
+        with producer.transaction(factory) as txn:
+            txn.send(topic, order_id, key=order_id)
+            assert txn.session is not None
+            txn.session.execute(orders.insert().values(id=order_id, amount=1))
+            if declined:
+                raise Declined(order_id)
+
+    master = f"master-{uuid.uuid4().hex[:6]}"
+    order(master, declined=False)
+
+    def worker(i: int) -> list[str]:
+        engine.dispose(close=False)
+        placed = [f"kept-{i}-{uuid.uuid4().hex[:6]}", f"declined-{i}-{uuid.uuid4().hex[:6]}"]
+        order(placed[0], declined=False)
+        with contextlib.suppress(Declined):
+            order(placed[1], declined=True)
+        return placed
+
+    # When eight workers at once each place an order and have another declined (raised inside)
+    reported = in_workers(worker, [os.fork] * 8)
+    assert all(isinstance(r, list) for r in reported), reported
+    kept = {r[0] for r in reported} | {master}  # type: ignore[index]
+    declined = {r[1] for r in reported}  # type: ignore[index]
+    # Then what raised is rolled back by each worker itself, the rest delivered once
+    with checker_and_relay(kafka_bootstrap, topics.settings.topic_prefix) as checker:
+        delivered = Pipeline(kafka_bootstrap, topic, topics, checker).settle(lambda: kept)
+    assert delivered == dict.fromkeys(kept, 1)
+    assert set(order_ids(engine)) & (kept | declined) == kept
+    sent = {h.message.value.decode(): h.txn_id for h in topics.halves()}
+    by_producer = {
+        op.txn_id: op.state.value for op in topics.ops() if op.decided_by is DecidedBy.PRODUCER
+    }
+    assert {i: by_producer.get(sent[i]) for i in declined} == dict.fromkeys(declined, "ROLLBACK")
