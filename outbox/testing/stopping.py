@@ -1,13 +1,16 @@
 """Stopping a service's process the way the harness stops every one it starts: SIGTERM and a
 wait for a clean shutdown, then SIGKILL to the whole process group (a JVM's launcher and what
 it forked) when it takes too long. The broker, the schema registry and the benchmarks' Kafka
-Connect worker all stop this way."""
+Connect worker all stop this way. Freezing one (SIGSTOP, for a broker that stops answering
+with its connections open) waits until the process has really stopped."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import time
+from pathlib import Path
 
 
 def stop(proc: subprocess.Popen[bytes] | None, timeout: float) -> None:
@@ -26,3 +29,44 @@ def kill(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None and proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def freeze(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP ``pid`` and return once every one of its threads is stopped.
+
+    ``kill()`` returns before the process stops: the kernel wakes one thread to take the
+    signal, and only when that thread runs does it stop the others. On a loaded machine a JVM
+    went on answering requests for milliseconds after ``kill()`` returned, so a test that
+    needs the broker silent from a given instant waits for Linux's thread states (``T``).
+
+    Raises:
+        TimeoutError: some thread was still running after ``timeout`` s.
+    """
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        running = _running_threads(pid)
+        if not running:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"threads {running} of process {pid} not stopped after {timeout} s")
+        time.sleep(0.001)
+
+
+def thaw(pid: int) -> None:
+    """SIGCONT: undo :func:`freeze`."""
+    os.kill(pid, signal.SIGCONT)
+
+
+def _running_threads(pid: int) -> list[int]:
+    """The threads of ``pid`` not in the stopped state (``T``/``t`` in ``/proc``'s stat)."""
+    running = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except FileNotFoundError:  # the thread ended meanwhile
+            continue
+        state = stat.rsplit(")", 1)[1].split()[0]
+        if state not in ("T", "t"):
+            running.append(int(task.name))
+    return running

@@ -9,8 +9,6 @@ records are acknowledged. Brokers of the tests' own: stopping or pausing one dis
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
 import uuid
@@ -26,6 +24,7 @@ from outbox import OutboxProducer, OutboxSettings, ensure_topics
 from outbox.protocol.states import OpState
 from outbox.testing import HarnessSettings, RunningService
 from outbox.testing.kafka_process import KafkaProcess
+from outbox.testing.stopping import freeze, thaw
 from tests.kafka_helpers import unique
 from tests.outbox.test_unknown_offset import delivered_once
 from tests.producer_fixtures import Topics, evidence_ids, order_ids, orders
@@ -123,9 +122,9 @@ def test_a_late_acknowledgement_holds_the_commit_until_it_comes(
             place(unique("warm-up"), order_id + "-warm")  # the producer has its producer id
             # Given a broker that stops answering for a while (SIGSTOP: connections stay open)
             assert broker.proc is not None
-            os.kill(broker.proc.pid, signal.SIGSTOP)
+            freeze(broker.proc.pid)  # every thread stopped, not only signalled
             paused = time.monotonic()
-            resume = threading.Timer(pause_s, os.kill, (broker.proc.pid, signal.SIGCONT))
+            resume = threading.Timer(pause_s, thaw, (broker.proc.pid,))
             resume.start()
             try:
                 # When a transaction sends and writes meanwhile
@@ -133,7 +132,7 @@ def test_a_late_acknowledgement_holds_the_commit_until_it_comes(
                 returned = time.monotonic()
             finally:
                 resume.join()
-                os.kill(broker.proc.pid, signal.SIGCONT)
+                thaw(broker.proc.pid)
         sa.event.remove(session_factory, "after_commit", committed)
         # Then the database committed, and the call returned, only after the broker answered
         assert commits[-1] - paused >= pause_s - 0.1, (commits, paused)
