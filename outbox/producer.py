@@ -20,7 +20,6 @@ checks and fences in its default ``REGISTRY``, or in ``metrics_registry=``
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
@@ -37,7 +36,7 @@ from outbox.checks.resolver import FencedResolver, Resolver
 from outbox.checks.routing import CheckRouter, OmittedValues
 from outbox.checks.server import CheckServer
 from outbox.errors import ConfigurationError, ProducerClosedError, WrongFormError
-from outbox.forking import PerProcess, keep
+from outbox.forking import PerProcess
 from outbox.kafka_io import KafkaIO
 from outbox.message import Serializer
 from outbox.metrics import producer_metrics
@@ -83,9 +82,8 @@ class OutboxProducer:
         self._closed = False
         self._kafka = PerProcess(self._new_clients, "Kafka clients")
         self._partitions: int | None = None
-        #: What ``close()`` stops, each with the process that started it, or None for what each
-        #: process closes its own part of (:meth:`close`).
-        self._services: list[tuple[int | None, Callable[[], None]]] = []
+        #: What ``close()`` stops; each knows which part of it is its process's to close.
+        self._services: list[Callable[[], None]] = []
         self._listener: tuple[CheckingListener, FunctionResolver] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -185,8 +183,7 @@ class OutboxProducer:
             version=_version(),
             instance_id=instance_id,
         )
-        self._started(heartbeat.close, server.close)
-        self._started(router.close, in_every_process=True)
+        self._services += [heartbeat.close, server.close, router.close]
         return server
 
     def check_app(
@@ -243,7 +240,7 @@ class OutboxProducer:
         app = CheckApp(
             check_settings, router, start=start, on_loop=self.use_loop, metrics=self.metrics
         )
-        self._started(router.close, in_every_process=True)
+        self._services.append(router.close)
         return app
 
     def _check_settings(self, secret: bytes | str | None, insecure_local: bool) -> CheckSettings:
@@ -318,12 +315,6 @@ class OutboxProducer:
     def _kafka_config(self) -> dict[str, object]:
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
 
-    def _started(self, *closers: Callable[[], None], in_every_process: bool = False) -> None:
-        """Register what :meth:`close` stops: in the process that started it, or, for a check
-        router (whose Kafka reader each process makes its own of), in every process."""
-        pid = None if in_every_process else os.getpid()
-        self._services += [(pid, closer) for closer in closers]
-
     def close(self, timeout: float = 10.0) -> None:
         """Stop serving checks (tombstoning this instance), flush, release the Kafka clients.
 
@@ -334,13 +325,8 @@ class OutboxProducer:
         so a worker's ``close()`` does not tombstone them; the clients it inherited are never
         used in it.
         """
-        pid = os.getpid()
         while self._services:
-            started_in, closer = self._services.pop(0)
-            if started_in in (None, pid):
-                closer()
-            else:
-                keep(closer)  # it holds the parent's heartbeat client
+            self._services.pop(0)()
         kafka = self._kafka.made_here()
         if kafka is not None:
             kafka.close(timeout)

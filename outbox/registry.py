@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 
 from confluent_kafka import Producer
 
+from outbox.forking import keep
 from outbox.kafka_logging import log_to_python
 from outbox.protocol.registry import Registration, encode_registration
 from outbox.settings import OutboxSettings
@@ -21,7 +23,12 @@ def new_instance_id() -> str:
 
 
 class Heartbeat:
-    """Announces ``check_url`` every ``interval_s`` until ``close()``, which tombstones it."""
+    """Announces ``check_url`` every ``interval_s`` until ``close()``, which tombstones it.
+
+    In a process forked from the one that made it (:mod:`outbox.forking`), ``close()`` lets go
+    of it without a tombstone: the announcing thread and the Kafka client's threads are the
+    parent's, whose endpoint goes on answering under this registration.
+    """
 
     def __init__(
         self,
@@ -41,6 +48,7 @@ class Heartbeat:
             log_to_python({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka})
         )
         self._stop = threading.Event()
+        self._pid = os.getpid()
         self._beat()
         self._thread = threading.Thread(target=self._run, name="outbox-heartbeat", daemon=True)
         self._thread.start()
@@ -65,6 +73,9 @@ class Heartbeat:
         that nothing of it stays connected to the broker whoever still holds this object."""
         producer, self._producer = self._producer, None
         if producer is None:
+            return
+        if os.getpid() != self._pid:
+            keep(producer)  # destroying it would wait for threads that are not in this process
             return
         self._stop.set()
         self._thread.join(5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -16,6 +17,10 @@ class CheckServer:
 
     ``instance_id``: the registration it heartbeats under (see :class:`CheckHandler`).
     ``metrics``: counts the answers (``outbox_producer_checks_answered_total``).
+
+    A process forked from the one that started it (a preloading server's worker,
+    :mod:`outbox.forking`) has no serving thread: the parent's thread alone serves, for the whole
+    producer group, and a ``close()`` there only lets go of the worker's copy of the socket.
     """
 
     def __init__(
@@ -32,6 +37,7 @@ class CheckServer:
         handler = _handler_class(checks)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
+        self._pid = os.getpid()
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="outbox-check-server", daemon=True
         )
@@ -43,9 +49,14 @@ class CheckServer:
         return f"http://{host!s}:{port}"
 
     def close(self) -> None:
-        self._server.shutdown()
+        """Stop serving and close the socket; in a forked process, close only its copy of the
+        socket (``shutdown()`` would wait for ever for a serving thread that is not there)."""
+        here = os.getpid() == self._pid
+        if here:
+            self._server.shutdown()
         self._server.server_close()
-        self._thread.join(10)
+        if here:
+            self._thread.join(10)
 
 
 def _handler_class(checks: CheckHandler) -> type[BaseHTTPRequestHandler]:

@@ -18,6 +18,8 @@ import pickle
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -39,7 +41,7 @@ from outbox import (
 )
 from outbox.checks.routing import OmittedValues
 from outbox.forking import PerProcess
-from outbox.protocol.check import CheckedTransaction
+from outbox.protocol.check import CHECK_PATH, CheckedTransaction
 from outbox.protocol.states import CheckBy, DecidedBy
 from tests.checker.test_checker import SECRET, checker_and_relay
 from tests.kafka_helpers import create_topic, unique
@@ -280,15 +282,25 @@ def test_a_forked_worker_closes_only_what_it_started(
     producer: OutboxProducer, engine: sa.Engine
 ) -> None:
     # Given a producer serving checks in the process that forks its workers
-    producer.serve_checks(engine=engine, secret=SECRET)
+    server = producer.serve_checks(engine=engine, secret=SECRET)
 
-    def worker(_: int) -> str:
+    def worker(_: int) -> tuple[str, float]:
+        began = time.monotonic()
+        server.close()  # what serve_checks() returned: the worker's own shutdown code
         producer.close()  # a worker's shutdown hook
-        return "closed"
+        return "closed", time.monotonic() - began
 
-    # When workers that never sent close it, Then each returns (before: each waited for ever on
-    # the parent's check server, whose thread is not in the worker)
-    assert in_workers(worker, TWO, timeout=30) == ["closed", "closed"]
+    # When workers that never sent close the server, then the producer
+    reported = in_workers(worker, TWO, timeout=30)
+    # Then each returns at once (before: each waited for ever on the parent's check server, whose
+    # thread is not in the worker; and 5 s on a tombstone for the parent's heartbeat, whose
+    # Kafka client's threads are not there either)
+    assert [r[0] for r in reported] == ["closed", "closed"], reported
+    assert all(r[1] < 2.5 for r in reported), reported  # type: ignore[index]
+    # and the parent's endpoint still answers (a GET is refused, by the server itself)
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(server.url + CHECK_PATH, timeout=10)
+    assert refused.value.code == 405
 
 
 @pytest.mark.integration
