@@ -70,7 +70,9 @@ class Heartbeat:
 
     def close(self) -> None:
         """Tombstone the registration (waiting up to 5 s for it) and let go of the producer, so
-        that nothing of it stays connected to the broker whoever still holds this object."""
+        that nothing of it stays connected to the broker whoever still holds this object. In a
+        forked process, only let go: the client is the parent's (its connections are the
+        parent's, and stay)."""
         producer, self._producer = self._producer, None
         if producer is None:
             return

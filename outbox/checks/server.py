@@ -51,12 +51,13 @@ class CheckServer:
     def close(self) -> None:
         """Stop serving and close the socket; in a forked process, close only its copy of the
         socket (``shutdown()`` would wait for ever for a serving thread that is not there)."""
-        here = os.getpid() == self._pid
-        if here:
-            self._server.shutdown()
+        if os.getpid() != self._pid:
+            # only this process's copy of the socket; serving and its threads are the parent's
+            self._server.socket.close()
+            return
+        self._server.shutdown()
         self._server.server_close()
-        if here:
-            self._thread.join(10)
+        self._thread.join(10)
 
 
 def _handler_class(checks: CheckHandler) -> type[BaseHTTPRequestHandler]:

@@ -40,7 +40,9 @@ def freeze(pid: int, timeout: float = 10.0) -> None:
     needs the broker silent from a given instant waits for Linux's thread states (``T``).
 
     Raises:
-        TimeoutError: some thread was still running after ``timeout`` s.
+        TimeoutError: some thread was still running after ``timeout`` s (the process is
+            continued first, so that nothing is left frozen by a failed freeze).
+        ProcessLookupError: the process is gone, or exiting.
     """
     os.kill(pid, signal.SIGSTOP)
     deadline = time.monotonic() + timeout
@@ -49,6 +51,7 @@ def freeze(pid: int, timeout: float = 10.0) -> None:
         if not running:
             return
         if time.monotonic() > deadline:
+            thaw(pid)
             raise TimeoutError(f"threads {running} of process {pid} not stopped after {timeout} s")
         time.sleep(0.001)
 
@@ -59,14 +62,24 @@ def thaw(pid: int) -> None:
 
 
 def _running_threads(pid: int) -> list[int]:
-    """The threads of ``pid`` not in the stopped state (``T``/``t`` in ``/proc``'s stat)."""
+    """The threads of ``pid`` not in the stopped state (``T``/``t`` in ``/proc``'s stat).
+
+    Raises:
+        ProcessLookupError: no such process, or it is exiting (its first thread a zombie).
+    """
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        raise ProcessLookupError(f"process {pid} is gone: nothing to freeze") from None
     running = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    for task in tasks:
         try:
             stat = (task / "stat").read_text()
-        except FileNotFoundError:  # the thread ended meanwhile
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
         state = stat.rsplit(")", 1)[1].split()[0]
-        if state not in ("T", "t"):
+        if state in ("Z", "X") and task.name == str(pid):
+            raise ProcessLookupError(f"process {pid} is exiting: nothing to freeze")
+        if state not in ("T", "t", "Z", "X"):
             running.append(int(task.name))
     return running

@@ -295,7 +295,8 @@ def test_a_forked_worker_closes_only_what_it_started(
     # Then each returns at once (before: each waited for ever on the parent's check server, whose
     # thread is not in the worker; and 5 s on a tombstone for the parent's heartbeat, whose
     # Kafka client's threads are not there either)
-    assert [r[0] for r in reported] == ["closed", "closed"], reported
+    assert all(isinstance(r, tuple) for r in reported), reported
+    assert [r[0] for r in reported] == ["closed", "closed"], reported  # type: ignore[index]
     assert all(r[1] < 2.5 for r in reported), reported  # type: ignore[index]
     # and the parent's endpoint still answers (a GET is refused, by the server itself)
     with pytest.raises(urllib.error.HTTPError) as refused:

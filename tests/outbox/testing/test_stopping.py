@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from outbox.testing.stopping import freeze, thaw
 
 BUSY = """
@@ -64,3 +66,14 @@ def test_a_frozen_process_has_every_thread_stopped_and_uses_no_cpu_until_thawed(
     finally:
         child.kill()
         child.wait()
+
+
+def test_freezing_an_exited_process_says_it_is_gone() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    while "Z" not in states(child.pid):  # exited, not yet reaped: a zombie
+        time.sleep(0.01)
+    with pytest.raises(ProcessLookupError, match="exiting"):
+        freeze(child.pid, timeout=5)
+    child.wait()
+    with pytest.raises(ProcessLookupError):
+        freeze(child.pid, timeout=5)
