@@ -46,7 +46,9 @@ class Halves:
         ensure_topics(self.settings)
         self.real_topic = unique("relayed")
         create_topic(bootstrap, self.real_topic, partitions=3)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True}
+        )
         self.where: dict[str, tuple[int, int]] = {}  # txn id -> (partition, offset)
 
     def write(self, count: int, value_size: int = 100) -> list[str]:

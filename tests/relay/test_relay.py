@@ -54,7 +54,11 @@ class Stream:
             bootstrap_servers=bootstrap, producer_group="g", topic_prefix=prefix, partitions=3
         )
         ensure_topics(self.settings)
-        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        # idempotent, as producers are: without it librdkafka's retries may reorder a partition's
+        # records (a CI run saw one op land before 19 written ahead of it, on fresh topics)
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 5, "enable.idempotence": True}
+        )
         self.committed: dict[str, int] = {}  # txn id -> message count
         self.rolled_back: set[str] = set()
         self.commit_order: dict[bytes, list[str]] = defaultdict(list)
@@ -101,16 +105,28 @@ class Stream:
         ]
 
     def write_ops(self, written: list[Written]) -> None:
-        for txn_id, partition, key, count, decision, offsets in written:
+        """The ops, in order: the commit order the relay must keep is the ops' order on their
+        partition, so each op landing after those written before it is checked, not assumed."""
+        landed: dict[int, int] = {}  # the op's place in ``written`` -> its offset
+        for place, (txn_id, partition, key, count, decision, offsets) in enumerate(written):
             op = OpRecord(txn_id, decision, "g", partition, offsets, DecidedBy.PRODUCER, 0)
             k, v = encode_op(op)
-            self.producer.produce(self.settings.topics.op, key=k, value=v, partition=partition)
+            self.producer.produce(
+                self.settings.topics.op,
+                key=k,
+                value=v,
+                partition=partition,
+                on_delivery=lambda err, msg, p=place: landed.__setitem__(p, msg.offset()),
+            )
             if decision is OpState.COMMIT:
                 self.committed[txn_id] = count
                 self.commit_order[key].append(txn_id)
             else:
                 self.rolled_back.add(txn_id)
         assert self.producer.flush(30) == 0
+        for partition in {w.partition for w in written}:
+            offsets = [landed[p] for p, w in enumerate(written) if w.partition == partition]
+            assert offsets == sorted(offsets), "the stream's own ops landed out of order"
 
 
 def read_topic(bootstrap: str, topic: str) -> list:
