@@ -61,25 +61,34 @@ def thaw(pid: int) -> None:
     os.kill(pid, signal.SIGCONT)
 
 
-def _running_threads(pid: int) -> list[int]:
-    """The threads of ``pid`` not in the stopped state (``T``/``t`` in ``/proc``'s stat).
+def thread_states(pid: int) -> dict[int, str]:
+    """Each thread of ``pid`` and its state in ``/proc`` (``R`` running, ``S`` sleeping, ``T``
+    stopped, ``Z`` zombie, ...); a thread that ends while they are read is left out.
 
     Raises:
-        ProcessLookupError: no such process, or it is exiting (its first thread a zombie).
+        ProcessLookupError: no such process.
     """
     try:
         tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except FileNotFoundError:
-        raise ProcessLookupError(f"process {pid} is gone: nothing to freeze") from None
-    running = []
+        raise ProcessLookupError(f"process {pid} is gone") from None
+    states = {}
     for task in tasks:
         try:
             stat = (task / "stat").read_text()
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
-        state = stat.rsplit(")", 1)[1].split()[0]
-        if state in ("Z", "X") and task.name == str(pid):
-            raise ProcessLookupError(f"process {pid} is exiting: nothing to freeze")
-        if state not in ("T", "t", "Z", "X"):
-            running.append(int(task.name))
-    return running
+        states[int(task.name)] = stat.rsplit(")", 1)[1].split()[0]
+    return states
+
+
+def _running_threads(pid: int) -> list[int]:
+    """The threads of ``pid`` not yet stopped (nor ended).
+
+    Raises:
+        ProcessLookupError: no such process, or it is exiting (its first thread a zombie).
+    """
+    states = thread_states(pid)
+    if states.get(pid) in ("Z", "X"):
+        raise ProcessLookupError(f"process {pid} is exiting: nothing to freeze")
+    return [thread for thread, state in states.items() if state not in ("T", "t", "Z", "X")]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox.testing.stopping import freeze, thaw
+from outbox.testing.stopping import freeze, thaw, thread_states
 
 BUSY = """
 import threading
@@ -38,10 +38,7 @@ def cpu_ticks(pid: int) -> int:
 
 def states(pid: int) -> set[str]:
     """The states of the process's threads."""
-    found = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found.add((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-    return found
+    return set(thread_states(pid).values())
 
 
 def test_a_frozen_process_has_every_thread_stopped_and_uses_no_cpu_until_thawed() -> None:
