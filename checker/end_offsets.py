@@ -6,9 +6,10 @@ three-broker cluster whose leaders moved under kill -9, librdkafka's admin clien
 ``FENCED_LEADER_EPOCH`` ("Leader epoch is older than broker epoch") for 15 minutes - its cached
 leader epoch was never refreshed - and a checker that asked it alone never applied its answers,
 leaving transactions whose op was lost undelivered (docs/clusters.md). The consumer's metadata
-follows leadership changes, as the relay's watermark queries show. Not the checker's own
-consumer: it reads committed, and would answer with the last stable offset, below half records
-acknowledged after a Kafka transaction still open (``outbox.watermarks``).
+follows leadership changes, as the relay's watermark queries show, and a consumer whose metadata
+went stale is replaced by a fresh one after a failed query (``outbox.watermarks``). Not the
+checker's own consumer: it reads committed, and would answer with the last stable offset, below
+half records acknowledged after a Kafka transaction still open (``outbox.watermarks``).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
     ResourceType,
 )
@@ -29,6 +30,24 @@ def create_topic(
         [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})]
     )
     futures[name].result(30)
+
+
+def add_partitions(bootstrap: str, topic: str, total: int, *, timeout: float = 30) -> None:
+    """Grow ``topic`` to ``total`` partitions, and return once a new client sees them all."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(topic, total)])[topic].result(timeout)
+    deadline = time.monotonic() + timeout
+    while (
+        len(
+            AdminClient({"bootstrap.servers": bootstrap})
+            .list_topics(topic, 10)
+            .topics[topic]
+            .partitions
+        )
+        < total
+    ):
+        assert time.monotonic() < deadline, f"{topic} still without {total} partitions"
+        time.sleep(0.1)
 
 
 def set_topic_config(

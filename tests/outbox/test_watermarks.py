@@ -4,10 +4,10 @@ Kafka transaction is open on it (a relay's put-back copies on a half partition).
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from outbox.watermarks import Watermarks
-from tests.kafka_helpers import create_topic, open_transaction, unique
+from tests.kafka_helpers import add_partitions, create_topic, open_transaction, unique
 
 pytestmark = pytest.mark.integration
 
@@ -43,3 +43,49 @@ def test_the_end_is_the_high_watermark_past_an_open_transaction(kafka_bootstrap:
         for client in (committed, watermarks):
             if client is not None:
                 client.close()
+
+
+def test_a_query_the_clients_metadata_cannot_answer_is_asked_again_by_a_fresh_client(
+    kafka_bootstrap: str,
+) -> None:
+    # Given a client that has learnt a topic's one partition, and the topic grown to three
+    # afterwards (its metadata stale, as after brokers were killed and restarted under it)
+    topic = unique("halves")
+    create_topic(kafka_bootstrap, topic)
+    watermarks = Watermarks({"bootstrap.servers": kafka_bootstrap}, renew_after_s=0)
+    try:
+        assert watermarks.query(topic, 0, timeout=10) == (0, 0)
+        add_partitions(kafka_bootstrap, topic, 3)
+        producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+        producer.produce(topic, b"x", partition=2)
+        assert producer.flush(30) == 0
+        # When the new partition's watermarks are asked
+        failures = []
+        for _ in range(2):
+            try:
+                answer = watermarks.query(topic, 2, timeout=10)
+                break
+            except KafkaException as err:
+                failures.append(err.args[0].code())
+        else:
+            raise AssertionError(f"still not known after a fresh client: {failures}")
+        # Then at the latest the fresh client that replaced the stale one answers
+        assert answer == (0, 1)
+        assert watermarks.renewals == len(failures) <= 1
+    finally:
+        watermarks.close()
+
+
+def test_a_failing_client_is_replaced_at_most_once_per_renew_after(kafka_bootstrap: str) -> None:
+    # Given a client that was just made, and a partition that does not exist
+    topic = unique("halves")
+    create_topic(kafka_bootstrap, topic)
+    watermarks = Watermarks({"bootstrap.servers": kafka_bootstrap}, renew_after_s=60)
+    try:
+        # When it is asked for it twice, Then both fail, and no fresh client was made
+        for _ in range(2):
+            with pytest.raises(KafkaException):
+                watermarks.query(topic, 5, timeout=3)
+        assert watermarks.renewals == 0
+    finally:
+        watermarks.close()
