@@ -14,12 +14,15 @@ write with ``acks=all``).
 
 A client that is only asked keeps what it once learnt of a topic's partitions and leaders:
 librdkafka refreshes the metadata of topics a client reads or writes, not of those it only
-queries. When that metadata goes wrong, every query fails at once ("Local: Unknown partition")
-until the entry expires (``metadata.max.age.ms``, 15 minutes by default): after a partition was
-added, and on a three-broker cluster after brokers were killed and restarted, where a checker
-that could not learn a half partition's end then applied none of its answers for minutes
-(docs/clusters.md). So a query that fails replaces the client with a fresh one, which asks the
-brokers anew; at most once per ``renew_after_s``, since a broker that is down fails every client.
+queries. When the entry it holds names no leader for the partition, or a leader it no longer
+knows (a broker missing from a later metadata response is dropped), or lacks the partition,
+librdkafka fails the query at once ("Local: Unknown partition") without asking a broker - so no
+broker's error refreshes the entry either - until the entry expires (``metadata.max.age.ms``, 15
+minutes by default). That happened to a checker on a three-broker cluster after brokers were
+killed and restarted: it could not learn a half partition's end, so it applied none of its
+answers for minutes (docs/clusters.md). So a failed query replaces the client with a fresh one,
+which asks the brokers anew. Any failure, not only that one: a query that waits on a broker that
+is down fails after its timeout with any client, and a fresh client costs a connection.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ class Watermarks:
 
     Args:
         config: the shared client settings (``bootstrap.servers`` and the user's keys).
-        renew_after_s: the least time between two replacements of the client after failed
-            queries.
+        renew_after_s: how old the client must be before a failed query replaces it: a client
+            is replaced at most once in that time, and not in its first ``renew_after_s``.
     """
 
     def __init__(self, config: dict[str, Any], *, renew_after_s: float = 5.0) -> None:
@@ -60,42 +63,70 @@ class Watermarks:
         self._lock = threading.Lock()
         self._consumer = Consumer(self._config)
         self._made = time.monotonic()
+        #: How many times a failed query replaced the client.
         self.renewals = 0
-        """How many times a failed query replaced the client."""
 
     def query(self, topic: str, partition: int, timeout: float) -> tuple[int, int]:
         """``(log start, high watermark)`` of the partition, asked of its leader now.
 
         Raises:
             KafkaException: no answer in ``timeout`` seconds (the leader is moving or down), or
-                the client's metadata says the partition does not exist (the next query, after
-                ``renew_after_s``, is asked by a fresh client).
+                the client's metadata names no leader it knows (the next query, once the client
+                is ``renew_after_s`` old, is asked by a fresh client).
         """
-        with self._lock:
-            try:
-                low, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(topic, partition), timeout=timeout, cached=False
-                )
-            except KafkaException as err:
-                self._renew(topic, partition, err)
-                raise
+        stale = None
+        try:
+            with self._lock:
+                try:
+                    low, high = self._consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=timeout, cached=False
+                    )
+                except KafkaException as err:
+                    stale = self._renew(topic, partition, err)
+                    raise
+        finally:
+            if stale is not None:
+                _close_quietly(stale)
         return int(low), int(high)
 
-    def _renew(self, topic: str, partition: int, err: KafkaException) -> None:
+    def _renew(self, topic: str, partition: int, err: KafkaException) -> Consumer | None:
+        """The client replaced by a fresh one, if it is old enough: the stale one, to close."""
         if time.monotonic() - self._made < self._renew_after_s:
-            return
+            return None
+        self._made = time.monotonic()  # a client that cannot be made is tried again later
+        reason = err.args[0].str() if err.args else str(err)
+        try:
+            fresh = Consumer(self._config)
+        except Exception as failed:  # the query's own error is what the caller handles
+            log.warning(
+                "watermarks of %s [%d] not known (%s), and no fresh client: %s",
+                topic,
+                partition,
+                reason,
+                failed,
+                extra=fields(topic=topic, partition=partition),
+            )
+            return None
         log.warning(
             "watermarks of %s [%d] not known (%s): asking with a fresh client from now on",
             topic,
             partition,
-            err.args[0].str() if err.args else err,
+            reason,
             extra=fields(topic=topic, partition=partition),
         )
-        stale, self._consumer = self._consumer, Consumer(self._config)
-        self._made = time.monotonic()
+        stale, self._consumer = self._consumer, fresh
         self.renewals += 1
-        stale.close()
+        return stale
 
     def close(self) -> None:
         with self._lock:
             self._consumer.close()
+
+
+def _close_quietly(consumer: Consumer) -> None:
+    """Close a replaced client; what its close raises is logged (the query's error is the one
+    its caller handles). Its queued librdkafka log comes out here (``outbox.kafka_logging``)."""
+    try:
+        consumer.close()
+    except Exception as err:
+        log.warning("closing a replaced watermarks client: %r", err)

@@ -33,19 +33,11 @@ def create_topic(
 
 
 def add_partitions(bootstrap: str, topic: str, total: int, *, timeout: float = 30) -> None:
-    """Grow ``topic`` to ``total`` partitions, and return once a new client sees them all."""
+    """Grow ``topic`` to ``total`` partitions, and return once a broker's metadata has them all."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_partitions([NewPartitions(topic, total)])[topic].result(timeout)
     deadline = time.monotonic() + timeout
-    while (
-        len(
-            AdminClient({"bootstrap.servers": bootstrap})
-            .list_topics(topic, 10)
-            .topics[topic]
-            .partitions
-        )
-        < total
-    ):
+    while len(admin.list_topics(topic, 10).topics[topic].partitions) < total:  # asks a broker
         assert time.monotonic() < deadline, f"{topic} still without {total} partitions"
         time.sleep(0.1)
 
