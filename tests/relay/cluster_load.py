@@ -158,6 +158,11 @@ class Reader:
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
                 "enable.auto.commit": False,
+                # A subscription whose topic the answering broker does not know yet is looked
+                # up again only at this interval (5 minutes by default): a reader that joined
+                # 0.1 s after the topic's creation, before two brokers had replayed it, was
+                # assigned nothing and read nothing for the 180 s the test waits
+                "topic.metadata.refresh.interval.ms": 1000,
             }
         )
         self._consumer.subscribe([topic])
