@@ -34,6 +34,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from outbox.closing import close_each
 from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 
@@ -85,8 +86,8 @@ class Watermarks:
                     stale = self._renew(topic, partition, err)
                     raise
         finally:
-            if stale is not None:
-                _close_quietly(stale)
+            if stale is not None:  # its queued librdkafka log comes out here
+                close_each([stale.close], log)
         return int(low), int(high)
 
     def _renew(self, topic: str, partition: int, err: KafkaException) -> Consumer | None:
@@ -121,12 +122,3 @@ class Watermarks:
     def close(self) -> None:
         with self._lock:
             self._consumer.close()
-
-
-def _close_quietly(consumer: Consumer) -> None:
-    """Close a replaced client; what its close raises is logged (the query's error is the one
-    its caller handles). Its queued librdkafka log comes out here (``outbox.kafka_logging``)."""
-    try:
-        consumer.close()
-    except Exception as err:
-        log.warning("closing a replaced watermarks client: %r", err)
