@@ -14,8 +14,13 @@ from collections.abc import Callable, Iterable
 from confluent_kafka import KafkaException
 
 
-def close_each(closers: Iterable[Callable[[], object] | None], log: logging.Logger) -> None:
-    """Call every closer in order (``None`` is skipped: a client never made).
+def close_each(
+    closers: Iterable[Callable[[], object] | None],
+    log: logging.Logger,
+    what: str = "the session's Kafka clients",
+) -> None:
+    """Call every closer in order (``None`` is skipped: a client never made); ``what`` names
+    them in the warnings.
 
     A ``KafkaException`` is what a client's close raises when the broker or the group is gone:
     it is logged and the next closer runs. Anything else is a bug, not a broker's state: the
@@ -28,9 +33,9 @@ def close_each(closers: Iterable[Callable[[], object] | None], log: logging.Logg
         try:
             close()
         except KafkaException as err:
-            log.warning("closing the session's Kafka clients: %s", err)
+            log.warning("closing %s: %s", what, err)
         except Exception as err:  # closed the rest first, raised below
-            log.warning("closing the session's Kafka clients: %r", err)
+            log.warning("closing %s: %r", what, err)
             failed = failed or err
     if failed is not None:
         raise failed

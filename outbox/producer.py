@@ -20,7 +20,9 @@ checks and fences in its default ``REGISTRY``, or in ``metrics_registry=``
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
 
@@ -35,6 +37,7 @@ from outbox.checks.listener import CheckingListener, FunctionResolver
 from outbox.checks.resolver import FencedResolver, Resolver
 from outbox.checks.routing import CheckRouter, OmittedValues
 from outbox.checks.server import CheckServer
+from outbox.closing import close_each
 from outbox.errors import ConfigurationError, ProducerClosedError, WrongFormError
 from outbox.forking import PerProcess
 from outbox.kafka_io import KafkaIO
@@ -52,6 +55,9 @@ if TYPE_CHECKING:
 
 #: An ``AsyncSession`` or a factory of them (``async_sessionmaker``): the asyncio form.
 AsyncSessionSource = Union["AsyncSession", Callable[[], "AsyncSession"]]
+
+
+log = logging.getLogger("outbox")
 
 
 class OutboxProducer:
@@ -324,14 +330,18 @@ class OutboxProducer:
         for the whole producer group there (an instance of the group answers any of its checks),
         so a worker's ``close()`` does not tombstone them; the clients it inherited are never
         used in it.
+
+        Each part is closed whatever the one before it raised; a ``KafkaException`` (a broker
+        that is gone) is logged, and any other error is raised once everything is closed.
         """
-        while self._services:
-            self._services.pop(0)()
+        services, self._services = self._services, []
         kafka = self._kafka.made_here()
-        if kafka is not None:
-            kafka.close(timeout)
         # a forked child makes no clients after this: a send raises ProducerClosedError
         self._closed = True
+        # each whatever the one before raised: a heartbeat or reader that fails to close must
+        # not leave the endpoint serving or the op records of committed transactions unflushed
+        closers = [*services, None if kafka is None else partial(kafka.close, timeout)]
+        close_each(closers, log, what="the outbox producer's services and Kafka clients")
 
     def __enter__(self) -> OutboxProducer:
         return self
