@@ -184,7 +184,9 @@ class Watcher:
         if not self._snapped.wait(timeout):
             raise RuntimeError(f"watcher {self.child.name} wrote no snapshot:\n{self.child.tail()}")
         path = self.out.with_suffix(".snap")
-        return Arrivals(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
+        path.unlink()  # scratch, like the final file: a run's logs keep the watcher's log only
+        return Arrivals(**data)
 
     def wait_for(self, count: int, timeout: float, stalled_after: float = 60.0) -> bool:
         """Until ``count`` records were seen; False when the time ran out or nothing arrived
