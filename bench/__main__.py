@@ -36,7 +36,7 @@ from bench import (
     relay_path,
     report,
 )
-from bench.config import SCENARIOS, BenchConfig
+from bench.config import IMPLS, SCENARIOS, BenchConfig
 from bench.model import ScenarioResult
 from bench.procs import ROOT, Context, render_profiles
 from bench.services import Services, start_services
@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add("--warmup-seconds", type=float, help="length of a time-boxed warm-up (default 3)")
     add("--scenarios", help=f"comma-separated subset of: {', '.join(SCENARIOS)}")
     add("--databases", help="comma-separated: postgresql, sqlite (default both)")
-    add("--impls", help="comma-separated: ours, baseline_a, baseline_b, baseline_c (default all)")
+    add("--impls", help=f"comma-separated: {', '.join(IMPLS)} (default all)")
     add("--workers", help="producer-path thread counts, comma-separated (default 1,4,16)")
     add("--messages", help="producer-path messages per transaction (default 1,10)")
     add("--loads", help="end-to-end offered loads, txn/s (default 100,400,1000,5000)")

@@ -13,6 +13,8 @@ SCENARIOS = (
     "checker",
     "audit",
 )
+#: What the producer path, relay path and end to end can run (each runs those it has).
+IMPLS = ("ours", "protocol_floor", "baseline_a", "baseline_b", "baseline_c")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,10 +30,11 @@ class BenchConfig:
         warmup_seconds: length of the warm-up of the time-boxed scenarios. Defaults to 3 s.
         scenarios: which to run, in this order. Defaults to all.
         databases: ``postgresql`` and/or ``sqlite``. Defaults to both.
-        impls: which of ``ours``, ``baseline_a``, ``baseline_b``, ``baseline_c`` the producer
-            path, relay path and end to end run (end to end never runs A, which has no relay;
-            the producer path never runs C, whose producer side has B's shape; C runs on
-            PostgreSQL only; the relay path always runs ours and B). Defaults to all.
+        impls: which of ``ours``, ``protocol_floor``, ``baseline_a``, ``baseline_b``,
+            ``baseline_c`` the producer path, relay path and end to end run (the floor,
+            :mod:`bench.floor`, runs on the producer path only; end to end never runs A, which
+            has no relay; the producer path never runs C, whose producer side has B's shape; C
+            runs on PostgreSQL only; the relay path always runs ours and B). Defaults to all.
         workers: producer-path thread counts. Defaults to 1, 4, 16.
         messages: producer-path messages per transaction. Defaults to 1, 10.
         relay_records: transactions preloaded for the relay path. Defaults to 100,000.
@@ -63,7 +66,7 @@ class BenchConfig:
     warmup_seconds: float = 3.0
     scenarios: tuple[str, ...] = SCENARIOS
     databases: tuple[str, ...] = ("postgresql", "sqlite")
-    impls: tuple[str, ...] = ("ours", "baseline_a", "baseline_b", "baseline_c")
+    impls: tuple[str, ...] = IMPLS
     workers: tuple[int, ...] = (1, 4, 16)
     messages: tuple[int, ...] = (1, 10)
     relay_records: int = 100_000
@@ -85,7 +88,7 @@ class BenchConfig:
         for name, allowed in (
             ("databases", ("postgresql", "sqlite")),
             ("e2e_databases", ("postgresql", "sqlite")),
-            ("impls", ("ours", "baseline_a", "baseline_b", "baseline_c")),
+            ("impls", IMPLS),
         ):
             bad = sorted(set(getattr(self, name)) - set(allowed))
             if bad:

@@ -7,6 +7,8 @@ event loop, on SQLAlchemy's AsyncSession (psycopg's async mode, aiosqlite).
 - **baseline A (async)**: the same business write, commit, then a produce whose
   acknowledgement is awaited as a future (the delivery callback completes it on the loop): an
   asyncio service's commit-then-publish, with nothing in between.
+- **protocol floor (async)**: A with the evidence row in its DB transaction (written as ours
+  writes it on an AsyncSession) and a one-way op record after the publish (:mod:`bench.floor`).
 
 The workload is the producer path's (:mod:`bench.workload`); only the waiting is asyncio. Tasks
 run a closed loop in one loop, as requests of one uvicorn worker would.
@@ -25,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 import outbox
 from bench.baselines import SyncProducer, create_outbox_table
 from bench.config import BenchConfig
+from bench.floor import GROUP, OneWayProducer, committed
 from bench.load import LoadResult
 from bench.model import Row, ScenarioResult, repeat
 from bench.procs import Context, create_topic, unique
@@ -38,8 +41,10 @@ from bench.workload import (
     create_schema,
 )
 from outbox import OutboxProducer, ensure_topics, migrations
+from outbox.evidence import write_evidence
+from outbox.protocol.ids import new_transaction_id
 
-IMPLS = ("ours", "baseline_a")
+IMPLS = ("ours", "protocol_floor", "baseline_a")
 Transaction = Callable[[int], Awaitable[None]]
 
 
@@ -65,6 +70,7 @@ def transaction(
     producer: OutboxProducer,
     publisher: AsyncPublisher,
     topic: str,
+    ops: OneWayProducer,
 ) -> Transaction:
     if impl == "ours":
 
@@ -74,6 +80,19 @@ def transaction(
             await business_write_async(session, customer)
 
         return place_order  # type: ignore[return-value]
+
+    if impl == "protocol_floor":
+        op_topic = producer.settings.topics.op
+
+        async def place_order_floor(customer: int) -> None:
+            txn_id = new_transaction_id()
+            async with factory() as session, session.begin():
+                await business_write_async(session, customer)
+                await session.run_sync(write_evidence, txn_id, GROUP)
+            await publisher.send_async(topic, PAYLOAD, CUSTOMER_KEYS[customer])
+            ops.send(op_topic, *committed(txn_id, 1))
+
+        return place_order_floor
 
     async def place_order_a(customer: int) -> None:
         async with factory() as session, session.begin():
@@ -120,13 +139,14 @@ def measure(
     create_topic(services.bootstrap, topic)
     producer = OutboxProducer(settings)
     publisher = AsyncPublisher(services.bootstrap)
+    ops = OneWayProducer(services.bootstrap)
     runs: list[LoadResult] = []
 
     async def timed_run(seconds: float) -> LoadResult:
         engine = async_engine_for(url, pool_size=tasks)
         try:
             factory = async_sessionmaker(engine, expire_on_commit=False)
-            txn = transaction(impl, factory, producer, publisher, topic)
+            txn = transaction(impl, factory, producer, publisher, topic, ops)
             return await closed_loop(txn, tasks=tasks, seconds=seconds)
         finally:
             await engine.dispose()
@@ -146,6 +166,7 @@ def measure(
     finally:
         producer.close()
         publisher.close()
+        ops.close()
     return Row({"impl": impl, "db": db, "tasks": tasks}, metrics, run_info(runs))
 
 
@@ -172,7 +193,8 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
     result.notes.append(
         "Tasks of one event loop share one producer and one AsyncEngine pool sized to the "
         "tasks; the transaction is the producer path's (one UPDATE, one 1 KiB INSERT, one 1 KiB "
-        "message). Baseline A awaits its publish after the commit."
+        "message). Baseline A awaits its publish after the commit; protocol_floor is A with the "
+        "evidence row and a one-way op record (bench/floor.py)."
     )
     result.seconds = time.monotonic() - started
     return result
@@ -181,7 +203,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
 def _progress(row: Row) -> None:
     c, m = row.config, row.metrics
     print(
-        f"  producer_async {c['impl']:<10} {c['db']:<10} tasks={c['tasks']:<3} "
+        f"  producer_async {c['impl']:<14} {c['db']:<10} tasks={c['tasks']:<3} "
         f"{m['txn_per_s'].median:>9,.0f} txn/s  p50 {m['p50_ms'].median:6.1f} ms  "
         f"p99 {m['p99_ms'].median:6.1f} ms  errors {m['errors'].median:.0f}",
         flush=True,

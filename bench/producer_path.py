@@ -8,6 +8,9 @@ For each database, thread count and messages per transaction:
   (one-way). Sending first keeps the business rows locked only for the local work, not for a
   Kafka round trip. Threads share one ``OutboxProducer``, as a service's would.
 - **baseline A**: the same business write, commit, then a synchronous idempotent produce.
+- **protocol floor**: A plus the evidence row and a one-way op record (:mod:`bench.floor`): what
+  the two records any half-message design writes cost without ours' machinery. One message per
+  transaction only (the targets' shape).
 - **baseline B**: the same business write plus one ``outbox_messages`` row per message, in the
   same DB transaction (no relay runs meanwhile; its cost is the relay path's).
 
@@ -26,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 import outbox
 from bench.baselines import SyncProducer, create_outbox_table, place_order_a, place_order_b
 from bench.config import BenchConfig
+from bench.floor import OneWayProducer, place_order_floor
 from bench.load import LoadResult, closed_loop
 from bench.model import Row, ScenarioResult, repeat
 from bench.procs import Context, create_topic, unique
@@ -33,7 +37,7 @@ from bench.services import Services, engine_for
 from bench.workload import CUSTOMER_KEYS, PAYLOAD, business_write, clear, create_schema
 from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
 
-IMPLS = ("ours", "baseline_a", "baseline_b")
+IMPLS = ("ours", "protocol_floor", "baseline_a", "baseline_b")
 UNITS = {"txn_per_s": "txn/s", "p50_ms": "ms", "p99_ms": "ms", "errors": "count"}
 COLUMNS = {"txn_per_s": "txn/s", "p50_ms": "p50 ms", "p99_ms": "p99 ms", "errors": "errors"}
 TABLES = ["bench_orders", "outbox_evidence", "outbox_messages"]
@@ -78,6 +82,7 @@ class ProducerBench:
         create_topic(services.bootstrap, self.topic)
         self.producer = OutboxProducer(self.settings)
         self.sync = SyncProducer(services.bootstrap)
+        self.one_way = OneWayProducer(services.bootstrap)
 
     def transaction(
         self, impl: str, factory: sessionmaker[Session], messages: int
@@ -88,6 +93,14 @@ class ProducerBench:
 
             def txn(customer: int) -> None:
                 place(customer, messages)
+
+        elif impl == "protocol_floor":
+            op_topic = self.settings.topics.op
+
+            def txn(customer: int) -> None:
+                place_order_floor(
+                    factory, self.sync, self.one_way, self.topic, op_topic, customer, messages
+                )
 
         elif impl == "baseline_a":
 
@@ -104,6 +117,7 @@ class ProducerBench:
     def close(self) -> None:
         self.producer.close()
         self.sync.close()
+        self.one_way.close()
 
 
 def measure(
@@ -170,7 +184,7 @@ def run(
         try:
             for impl in [i for i in IMPLS if i in config.impls]:
                 for workers in config.workers:
-                    for messages in config.messages:
+                    for messages in _messages(impl, config):
                         row = measure(bench, impl, workers, messages, config, profiles)
                         result.rows.append(row)
                         _progress(row)
@@ -179,12 +193,22 @@ def run(
     result.notes.append(
         "Threads share one producer and one connection pool sized to the threads; each "
         "transaction is one small UPDATE and one 1 KiB INSERT plus 1 KiB messages. Baseline B's "
-        "relay is not running during this scenario (see the relay path)."
+        "relay is not running during this scenario (see the relay path). protocol_floor is "
+        "baseline A plus the evidence row and a one-way op record (bench/floor.py), one message "
+        "per transaction: what the two records any half-message design writes cost here, "
+        "without ours' machinery."
     )
     if profiles:
         write_thread_profiles(profiles, ctx, "producer-workers")
     result.seconds = time.monotonic() - started
     return result
+
+
+def _messages(impl: str, config: BenchConfig) -> tuple[int, ...]:
+    """The floor runs the targets' shape only (one message per transaction)."""
+    if impl == "protocol_floor":
+        return tuple(m for m in config.messages if m == 1)
+    return config.messages
 
 
 def write_thread_profiles(profiles: list[Any], ctx: Context, name: str) -> None:
@@ -211,7 +235,7 @@ def write_thread_profiles(profiles: list[Any], ctx: Context, name: str) -> None:
 def _progress(row: Row) -> None:
     c, m = row.config, row.metrics
     print(
-        f"  producer {c['impl']:<10} {c['db']:<10} workers={c['workers']:<3} "
+        f"  producer {c['impl']:<14} {c['db']:<10} workers={c['workers']:<3} "
         f"messages={c['messages']:<3} {m['txn_per_s'].median:>9,.0f} txn/s  "
         f"p50 {m['p50_ms'].median:6.1f} ms  p99 {m['p99_ms'].median:6.1f} ms  "
         f"errors {m['errors'].median:.0f}",

@@ -80,3 +80,26 @@ def test_the_producer_and_relay_targets_are_ratios_to_the_baseline_of_the_same_r
     assert by_goal["producer p50 vs A, PostgreSQL"].value == 0.8
     assert by_goal["producer p50 vs A, PostgreSQL"].met is True
     assert by_goal["one relay vs B"].value == 1.3 and by_goal["one relay vs B"].met is True
+
+
+def test_the_protocol_floor_measured_beside_them_is_noted_on_the_producer_targets() -> None:
+    producer = ScenarioResult("producer", "p", keys=[], columns={})
+    for impl, rate, p50 in [
+        ("ours", 600, 2.2),
+        ("protocol_floor", 720, 2.1),
+        ("baseline_a", 1000, 2.0),
+    ]:
+        metrics = {"txn_per_s": Summary.of([rate], "txn/s"), "p50_ms": Summary.of([p50], "ms")}
+        for workers in (1, 16):
+            config = {"impl": impl, "db": "postgresql", "workers": workers, "messages": 1}
+            producer.rows.append(Row(config, metrics))
+    asyncio = ScenarioResult("producer_async", "a", keys=[], columns={})
+    for impl, rate in [("ours", 500), ("protocol_floor", 810), ("baseline_a", 1000)]:
+        config = {"impl": impl, "db": "postgresql", "tasks": 16}
+        asyncio.rows.append(Row(config, {"txn_per_s": Summary.of([rate], "txn/s")}))
+    by_goal = {t.name: t for t in evaluate({"producer": producer, "producer_async": asyncio})}
+    assert by_goal["asyncio producer vs A"].value == 0.5
+    assert by_goal["asyncio producer vs A"].note.endswith(": 0.81x A")
+    assert by_goal["producer vs A, PostgreSQL"].note.endswith(": 0.72x A")
+    assert by_goal["producer p50 vs A, PostgreSQL"].note.endswith(": 1.05x A")
+    assert by_goal["producer vs A, SQLite"].note == ""  # no floor measured there
