@@ -13,7 +13,7 @@ SCENARIOS = (
     "checker",
     "audit",
 )
-#: What the producer path, relay path and end to end can run (each runs those it has).
+#: What the producer, asyncio and relay paths and end to end can run (each runs those it has).
 IMPLS = ("ours", "protocol_floor", "baseline_a", "baseline_b", "baseline_c")
 
 
@@ -32,9 +32,10 @@ class BenchConfig:
         databases: ``postgresql`` and/or ``sqlite``. Defaults to both.
         impls: which of ``ours``, ``protocol_floor``, ``baseline_a``, ``baseline_b``,
             ``baseline_c`` the producer path, relay path and end to end run (the floor,
-            :mod:`bench.floor`, runs on the producer path only; end to end never runs A, which
-            has no relay; the producer path never runs C, whose producer side has B's shape; C
-            runs on PostgreSQL only; the relay path always runs ours and B). Defaults to all.
+            :mod:`bench.floor`, runs on the producer and asyncio paths only, one message per
+            transaction; end to end never runs A, which has no relay; the producer path never
+            runs C, whose producer side has B's shape; C runs on PostgreSQL only; the relay
+            path always runs ours and B). Defaults to all.
         workers: producer-path thread counts. Defaults to 1, 4, 16.
         messages: producer-path messages per transaction. Defaults to 1, 10.
         relay_records: transactions preloaded for the relay path. Defaults to 100,000.

@@ -17,6 +17,7 @@ run a closed loop in one loop, as requests of one uvicorn worker would.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -41,8 +42,11 @@ from bench.workload import (
     create_schema,
 )
 from outbox import OutboxProducer, ensure_topics, migrations
+from outbox.closing import close_each
 from outbox.evidence import write_evidence
 from outbox.protocol.ids import new_transaction_id
+
+log = logging.getLogger("bench")
 
 IMPLS = ("ours", "protocol_floor", "baseline_a")
 Transaction = Callable[[int], Awaitable[None]]
@@ -164,9 +168,7 @@ def measure(
             warmup=lambda: asyncio.run(timed_run(config.warmup_seconds)),
         )
     finally:
-        producer.close()
-        publisher.close()
-        ops.close()
+        close_each([producer.close, publisher.close, ops.close], log, what="the asyncio producers")
     return Row({"impl": impl, "db": db, "tasks": tasks}, metrics, run_info(runs))
 
 

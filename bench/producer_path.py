@@ -20,6 +20,7 @@ Every configuration starts from empty tables, warms up, then runs ``runs`` timed
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +37,9 @@ from bench.procs import Context, create_topic, unique
 from bench.services import Services, engine_for
 from bench.workload import CUSTOMER_KEYS, PAYLOAD, business_write, clear, create_schema
 from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
+from outbox.closing import close_each
+
+log = logging.getLogger("bench")
 
 IMPLS = ("ours", "protocol_floor", "baseline_a", "baseline_b")
 UNITS = {"txn_per_s": "txn/s", "p50_ms": "ms", "p99_ms": "ms", "errors": "count"}
@@ -115,9 +119,8 @@ class ProducerBench:
         return txn
 
     def close(self) -> None:
-        self.producer.close()
-        self.sync.close()
-        self.one_way.close()
+        closers = [self.producer.close, self.sync.close, self.one_way.close]
+        close_each(closers, log, what="the producer path's producers")
 
 
 def measure(

@@ -1,4 +1,5 @@
-"""Closing a service session's Kafka clients, each whatever the one before it raised.
+"""Closing several parts, each whatever the one before it raised: a relay or checker session's
+Kafka clients, an outbox producer's check endpoint, heartbeat and clients.
 
 A relay or checker session holds several librdkafka clients. Closing them in a row stops at the
 first that raises - a consumer's close fails on a group it lost, or on a broker that is gone -
