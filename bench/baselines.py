@@ -78,8 +78,8 @@ class SyncProducer:
     """Baseline A's producer: one per process, shared by threads; ``send`` waits for its own
     acknowledgements only (``flush()`` would wait for every thread's)."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self._producer = Producer(producer_config(bootstrap))
+    def __init__(self, bootstrap: str, **extra: Any) -> None:
+        self._producer = Producer(producer_config(bootstrap, **extra))
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="baseline-a-poll", daemon=True)
         self._poller.start()

@@ -25,14 +25,12 @@ costs on the producer")?
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
-from confluent_kafka import Producer
 from sqlalchemy.orm import Session
 
-from bench.baselines import SyncProducer, producer_config, records
+from bench.baselines import SyncProducer, records
 from bench.workload import business_write
 from outbox.evidence import write_evidence
 from outbox.protocol.ids import new_transaction_id
@@ -43,28 +41,16 @@ from outbox.protocol.states import DecidedBy, OpState
 GROUP = "bench-floor"
 
 
-class OneWayProducer:
-    """Produces without waiting, as ours sends an op record (``linger.ms`` 0); a thread serves
-    librdkafka's queue. No delivery report is asked for: ours counts each op in one, which
-    costs ~0.4 us a record (docs/benchmarks.md, "Delivery callbacks are cheap")."""
+class OneWayProducer(SyncProducer):
+    """Produces without waiting, as ours sends an op record (``linger.ms`` 0); the poll thread
+    serves librdkafka's queue. No delivery report is asked for: ours counts each op in one,
+    which costs ~0.4 us a record (docs/benchmarks.md, "Delivery callbacks are cheap")."""
 
     def __init__(self, bootstrap: str) -> None:
-        self._producer = Producer(producer_config(bootstrap, **{"linger.ms": 0}))
-        self._stop = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="floor-op-poll", daemon=True)
-        self._poller.start()
+        super().__init__(bootstrap, **{"linger.ms": 0})
 
-    def _poll(self) -> None:
-        while not self._stop.is_set():
-            self._producer.poll(0.05)
-
-    def send(self, topic: str, key: bytes, value: bytes) -> None:
+    def send_one_way(self, topic: str, key: bytes, value: bytes) -> None:
         self._producer.produce(topic, value=value, key=key)
-
-    def close(self) -> None:
-        self._producer.flush(10)
-        self._stop.set()
-        self._poller.join()
 
 
 def place_order_floor(
@@ -82,7 +68,7 @@ def place_order_floor(
         business_write(session, customer)
         write_evidence(session, txn_id, GROUP)
     producer.send(records(topic, customer, messages, {}))
-    ops.send(op_topic, *committed(txn_id, messages))
+    ops.send_one_way(op_topic, *committed(txn_id, messages))
 
 
 def committed(txn_id: str, messages: int) -> tuple[bytes, bytes]:

@@ -94,7 +94,7 @@ def transaction(
                 await business_write_async(session, customer)
                 await session.run_sync(write_evidence, txn_id, GROUP)
             await publisher.send_async(topic, PAYLOAD, CUSTOMER_KEYS[customer])
-            ops.send(op_topic, *committed(txn_id, 1))
+            ops.send_one_way(op_topic, *committed(txn_id, 1))
 
         return place_order_floor
 
