@@ -168,7 +168,7 @@ def _vs_a(
 
 def _floor_note(floor: Summary | None, a: Summary | None) -> str:
     """What A plus the protocol's two records (:mod:`bench.floor`) measured beside them: how
-    much of the gap any design writing those records pays."""
+    far A's serial shape falls with those records added, before any of ours' machinery."""
     if floor is None or a is None or a.median <= 0:
         return ""
     return f"protocol floor (A + evidence row + op record): {floor.median / a.median:.2f}x A"
