@@ -8,8 +8,8 @@ For each database, thread count and messages per transaction:
   (one-way). Sending first keeps the business rows locked only for the local work, not for a
   Kafka round trip. Threads share one ``OutboxProducer``, as a service's would.
 - **baseline A**: the same business write, commit, then a synchronous idempotent produce.
-- **protocol floor**: A plus the evidence row and a one-way op record (:mod:`bench.floor`): what
-  the two records any half-message design writes cost without ours' machinery. One message per
+- **protocol floor**: A plus the evidence row and a one-way op record (:mod:`bench.floor`): A's
+  serial shape with the protocol's two records added, none of ours' machinery. One message per
   transaction only (the targets' shape).
 - **baseline B**: the same business write plus one ``outbox_messages`` row per message, in the
   same DB transaction (no relay runs meanwhile; its cost is the relay path's).
@@ -198,8 +198,8 @@ def run(
         "transaction is one small UPDATE and one 1 KiB INSERT plus 1 KiB messages. Baseline B's "
         "relay is not running during this scenario (see the relay path). protocol_floor is "
         "baseline A plus the evidence row and a one-way op record (bench/floor.py), one message "
-        "per transaction: what the two records any half-message design writes cost here, "
-        "without ours' machinery."
+        "per transaction: A's serial shape with the protocol's two records added, without ours' "
+        "machinery."
     )
     if profiles:
         write_thread_profiles(profiles, ctx, "producer-workers")
