@@ -93,5 +93,14 @@ class PerProcess(Generic[T]):
 
     def made_here(self) -> T | None:
         """The value if this process made it, else None: a child's inherited one is not its own
-        to use or to close."""
-        return self._value if self._pid == os.getpid() else None
+        to use or to close.
+
+        A child's value being made by another of its threads is waited for, under the lock that
+        thread holds: a ``close()`` that answered None there would leave the clients that thread
+        is making open for ever.
+        """
+        pid = os.getpid()
+        if self._pid == pid:
+            return self._value
+        with _locks.setdefault(pid, threading.Lock()):
+            return self._value if self._pid == pid else None

@@ -335,9 +335,10 @@ class OutboxProducer:
         that is gone) is logged, and any other error is raised once everything is closed.
         """
         services, self._services = self._services, []
-        kafka = self._kafka.made_here()
-        # a forked child makes no clients after this: a send raises ProducerClosedError
+        # a forked child makes no clients after this: a send raises ProducerClosedError; and
+        # clients another of its threads is making now are waited for, so closed below
         self._closed = True
+        kafka = self._kafka.made_here()
         # each whatever the one before raised: a heartbeat or reader that fails to close must
         # not leave the endpoint serving or the op records of committed transactions unflushed
         closers = [*services, None if kafka is None else partial(kafka.close, timeout)]

@@ -167,6 +167,40 @@ def test_a_per_process_value_is_made_once_per_process() -> None:
     assert made == [parent]
 
 
+def test_made_here_waits_for_the_value_another_thread_of_the_child_is_making() -> None:
+    """A forked worker's ``close()`` asks ``made_here()`` what to close while another of its
+    threads makes the worker's clients. Before, it answered None at once, and the clients that
+    thread finished making were never closed; now it waits for them."""
+    parent_pid = os.getpid()
+    making, finish = threading.Event(), threading.Event()
+
+    def make() -> str:
+        if os.getpid() != parent_pid:  # in the worker: slow enough to be asked meanwhile
+            making.set()
+            finish.wait(10)
+        return f"{os.getpid()}"
+
+    value = PerProcess(make, None)
+
+    def in_child(_: int) -> dict[str, object]:
+        me = f"{os.getpid()}"
+        maker = threading.Thread(target=value.get)
+        maker.start()
+        making.wait(10)
+        threading.Timer(0.3, finish.set).start()  # the maker finishes while made_here() asks
+        asked = time.monotonic()
+        answer = value.made_here()
+        waited = time.monotonic() - asked
+        maker.join()
+        return {"answer is this worker's value": answer == me, "waited for it": waited >= 0.2}
+
+    assert in_workers(in_child, [os.fork]) == [
+        {"answer is this worker's value": True, "waited for it": True}
+    ]
+    # and the parent's answer is its own value
+    assert value.made_here() == f"{parent_pid}"
+
+
 # --- the producer in forked workers, against the real pipeline
 
 
