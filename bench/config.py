@@ -99,6 +99,17 @@ class BenchConfig:
                 f"e2e_processes={self.e2e_processes!r} must be 1 to e2e_workers "
                 f"({self.e2e_workers}): each process needs a worker"
             )
+        if (
+            "producer" in self.scenarios
+            and set(self.impls) & {"ours", "baseline_a", "baseline_b"} == set()
+            and "protocol_floor" in self.impls
+            and 1 not in self.messages
+        ):
+            raise ValueError(
+                f"the producer path would run nothing: impls {list(self.impls)} leave only "
+                f"protocol_floor, which runs at 1 message per transaction, and messages is "
+                f"{list(self.messages)}; add 1 to messages (--messages 1) or another impl"
+            )
         if self.runs < 1 or self.seconds <= 0 or self.warmup_seconds < 0:
             raise ValueError("runs must be >= 1, seconds > 0 and warmup_seconds >= 0")
 
