@@ -9,6 +9,9 @@ reported apart. With two relays the second one's joining (a rebalance: the first
 gets all partitions, then gives half back) happens inside the measured span, so the rate from
 the moment the last relay logged its assignment to the last record is reported too.
 
+**The protocol floor** (``protocol_floor``): one process doing only the Kafka work every relay
+of this protocol does, on the same preload as ours (bench/relay_floor.py).
+
 **Baseline C** (PostgreSQL only): N rows preloaded into Debezium's outbox table, drained by
 its connector resumed on them (bench/relay_c.py).
 
@@ -76,6 +79,27 @@ def ours_run(
         for i, port in enumerate(ports)
     ]
     return drain(ctx, services, topic, count, children, metric_ports=ports)
+
+
+def floor_run(
+    services: Services, ctx: Context, count: int, *, warmup: bool = False
+) -> dict[str, float]:
+    """The relay's protocol floor (:mod:`bench.relay_floor`) on the same preload as ours."""
+    prefix, group = unique("__outbox-relay-floor"), unique("bench-relay-floor")
+    topic = unique("bench-relayed-floor")
+    create_topic(services.bootstrap, topic)
+    stream = preload.writer(services.bootstrap, prefix)
+    preload.write_transactions(stream, topic, count)
+    stream.close()
+    child = Child(
+        ctx,
+        f"{'warmup-' if warmup else ''}relay-floor-{group}",
+        "bench.relay_floor",
+        ["--real-topic", topic],
+        env=relay_env(services.bootstrap, prefix, group, "floor"),
+        profiled=not warmup,
+    )
+    return drain(ctx, services, topic, count, [child], group=False)
 
 
 def baseline_run(
@@ -149,6 +173,14 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
                 functools.partial(ours_run, services, ctx, relays=relays),
             )
         )
+    if "protocol_floor" in config.impls:
+        result.rows.append(
+            _row(
+                config,
+                {"impl": "protocol_floor", "db": "-", "relays": 1},
+                functools.partial(floor_run, services, ctx),
+            )
+        )
     for db in config.databases if "baseline_b" in config.impls else ():
         url = services.database(db, "relay_b")
         setup = engine_for(url)
@@ -176,7 +208,10 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         f"{config.relay_records:,} one-message transactions of 1 KiB per run; the clock runs "
         "from the first to the last record visible to a read_committed consumer. Baseline B: "
         f"batches of {config.b_batch} rows, polling interval {config.poll_interval_s * 1000:.0f} "
-        "ms (only slept when a batch comes back empty)."
+        "ms (only slept when a batch comes back empty). protocol_floor is one process doing "
+        "only the Kafka work every relay of this protocol does (bench/relay_floor.py): it reads "
+        "the half and op records, writes each half record to the real topic and commits each "
+        "consume() in a Kafka transaction with its offsets, decoding and matching nothing."
     )
     result.seconds = time.monotonic() - started
     return result

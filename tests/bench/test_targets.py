@@ -71,6 +71,7 @@ def test_the_producer_and_relay_targets_are_ratios_to_the_baseline_of_the_same_r
         ({"impl": "ours", "db": "-", "relays": 1}, 26_000),
         ({"impl": "baseline_b", "db": "postgresql", "relays": 1}, 20_000),
         ({"impl": "baseline_b", "db": "sqlite", "relays": 1}, 1_000),  # not the one compared
+        ({"impl": "protocol_floor", "db": "-", "relays": 1}, 30_000),
     ]:
         relay.rows.append(Row(config, {"promotions_per_s": Summary.of([rate], "records/s")}))
     by_goal = {t.name: t for t in evaluate({"producer": producer, "relay": relay})}
@@ -80,6 +81,9 @@ def test_the_producer_and_relay_targets_are_ratios_to_the_baseline_of_the_same_r
     assert by_goal["producer p50 vs A, PostgreSQL"].value == 0.8
     assert by_goal["producer p50 vs A, PostgreSQL"].met is True
     assert by_goal["one relay vs B"].value == 1.3 and by_goal["one relay vs B"].met is True
+    # the relay's Kafka work alone, measured beside them, noted against the same B
+    assert by_goal["one relay vs B"].note.endswith(": 1.50x B")
+    assert by_goal["two relays"].note == ""
 
 
 def test_the_protocol_floor_measured_beside_them_is_noted_on_the_producer_targets() -> None:
