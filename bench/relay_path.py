@@ -56,15 +56,22 @@ COLUMNS = {
 }
 
 
-def ours_run(
-    services: Services, ctx: Context, count: int, *, relays: int, warmup: bool = False
-) -> dict[str, float]:
-    prefix, group = unique("__outbox-relay"), unique("bench-relay")
-    topic = unique("bench-relayed")
+def preloaded(services: Services, count: int, name: str) -> tuple[str, str, str]:
+    """``count`` committed transactions on fresh outbox topics: their prefix, a fresh group and
+    the fresh real topic they name."""
+    prefix, group = unique(f"__outbox-{name}"), unique(f"bench-{name}")
+    topic = unique(f"bench-{name}-real")
     create_topic(services.bootstrap, topic)
     stream = preload.writer(services.bootstrap, prefix)
     preload.write_transactions(stream, topic, count)
     stream.close()
+    return prefix, group, topic
+
+
+def ours_run(
+    services: Services, ctx: Context, count: int, *, relays: int, warmup: bool = False
+) -> dict[str, float]:
+    prefix, group, topic = preloaded(services, count, "relay")
     ports = [free_port() for _ in range(relays)]
     children = [
         Child(
@@ -85,12 +92,7 @@ def floor_run(
     services: Services, ctx: Context, count: int, *, warmup: bool = False
 ) -> dict[str, float]:
     """The relay's protocol floor (:mod:`bench.relay_floor`) on the same preload as ours."""
-    prefix, group = unique("__outbox-relay-floor"), unique("bench-relay-floor")
-    topic = unique("bench-relayed-floor")
-    create_topic(services.bootstrap, topic)
-    stream = preload.writer(services.bootstrap, prefix)
-    preload.write_transactions(stream, topic, count)
-    stream.close()
+    prefix, group, topic = preloaded(services, count, "relay-floor")
     child = Child(
         ctx,
         f"{'warmup-' if warmup else ''}relay-floor-{group}",
