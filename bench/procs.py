@@ -34,7 +34,7 @@ class Context:
 
 
 class Child:
-    """``python -m module args`` with ``env`` added to the environment."""
+    """``python -m module args`` (or ``command``) with ``env`` added to the environment."""
 
     def __init__(
         self,
@@ -45,17 +45,20 @@ class Child:
         env: Mapping[str, str] | None = None,
         *,
         profiled: bool = True,
+        command: Sequence[str] | None = None,
     ) -> None:
         self.name = name
         self.log = ctx.logs / f"{name}.log"
-        command = [sys.executable, "-m", module, *args]
-        if ctx.profile_dir is not None and profiled:
+        if command is not None:  # not Python (the JVM relay floor): never profiled
+            self.command = list(command)
+        elif ctx.profile_dir is not None and profiled:
             session = ctx.profile_dir / f"{name}.pyisession"
-            command = [
+            self.command = [
                 sys.executable, "-m", "pyinstrument", "-r", "pyisession", "-o", str(session),
                 "-m", module, *args,
             ]  # fmt: skip
-        self.command = command
+        else:
+            self.command = [sys.executable, "-m", module, *args]
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
 

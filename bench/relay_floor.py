@@ -17,17 +17,24 @@ written in Python on confluent-kafka can reach; ours below the floor is ours' ow
 
 ``python -m bench.relay_floor --real-topic T`` with the relay's ``OUTBOX_RELAY_*`` environment
 (bootstrap, topic prefix, group, instance id); SIGTERM stops it.
+
+The same floor on the JVM (``jvm/relay-floor/RelayFloor.java``, Kafka's own Java client, run
+from its source by :func:`jvm_command`) answers the question the Python floor leaves: how fast
+the protocol's Kafka work goes on this machine when no Python object is made per record, which
+is what compiled code could reach at best.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import sys
 from types import FrameType
 
 from confluent_kafka import Consumer, Producer
 
+from bench.procs import ROOT
 from outbox.protocol.headers import Header
 from relay.clients import consumer_config, producer_config
 from relay.settings import RelaySettings
@@ -66,6 +73,24 @@ def run(settings: RelaySettings, real_topic: str, stopped: list[bool]) -> int:
         consumer.close()
         producer.flush(10)
     return written
+
+
+#: The JVM floor's source, run without a build step (Java's source-file mode).
+JVM_SOURCE = ROOT / "jvm" / "relay-floor" / "RelayFloor.java"
+
+
+def jdk_found() -> bool:
+    """Whether a JDK is on PATH: a Java runtime alone cannot run a source file."""
+    return shutil.which("java") is not None and shutil.which("javac") is not None
+
+
+def jvm_command(
+    classpath: str, bootstrap: str, prefix: str, group: str, real_topic: str
+) -> list[str]:
+    """``java`` running the JVM floor from its source on ``classpath`` (the broker's jars, which
+    hold Kafka's Java client); see :func:`jdk_found`."""
+    source = str(JVM_SOURCE)
+    return ["java", "-Xmx512m", "-cp", classpath, source, bootstrap, prefix, group, real_topic]
 
 
 def main(argv: list[str] | None = None) -> int:

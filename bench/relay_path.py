@@ -10,7 +10,8 @@ gets all partitions, then gives half back) happens inside the measured span, so 
 the moment the last relay logged its assignment to the last record is reported too.
 
 **The protocol floor** (``protocol_floor``): one process doing only the Kafka work every relay
-of this protocol does, on the same preload as ours (bench/relay_floor.py).
+of this protocol does, on the same preload as ours (bench/relay_floor.py); and the same work
+through Kafka's Java client (``protocol_floor_jvm``), when a JDK is there to run it.
 
 **Baseline C** (PostgreSQL only): N rows preloaded into Debezium's outbox table, drained by
 its connector resumed on them (bench/relay_c.py).
@@ -33,6 +34,7 @@ from bench.config import BenchConfig
 from bench.drain import drain
 from bench.model import Row, ScenarioResult, repeat
 from bench.procs import Child, Context, create_topic, relay_env, unique
+from bench.relay_floor import jdk_found, jvm_command
 from bench.services import Services, engine_for
 from outbox.testing.ports import free_port
 
@@ -101,6 +103,18 @@ def floor_run(
         env=relay_env(services.bootstrap, prefix, group, "floor"),
         profiled=not warmup,
     )
+    return drain(ctx, services, topic, count, [child], group=False)
+
+
+def jvm_floor_run(
+    services: Services, ctx: Context, count: int, *, warmup: bool = False
+) -> dict[str, float]:
+    """The same floor through Kafka's Java client (:func:`bench.relay_floor.jvm_command`)."""
+    prefix, group, topic = preloaded(services, count, "relay-floor-jvm")
+    classpath = services.harness.kafka_classpath()
+    command = jvm_command(classpath, services.bootstrap, prefix, group, topic)
+    name = f"{'warmup-' if warmup else ''}relay-floor-jvm-{group}"
+    child = Child(ctx, name, "RelayFloor.java", command=command)
     return drain(ctx, services, topic, count, [child], group=False)
 
 
@@ -183,6 +197,16 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
                 functools.partial(floor_run, services, ctx),
             )
         )
+        if not jdk_found():
+            result.notes.append("No JDK (java and javac): the JVM relay floor was not run.")
+        else:
+            result.rows.append(
+                _row(
+                    config,
+                    {"impl": "protocol_floor_jvm", "db": "-", "relays": 1},
+                    functools.partial(jvm_floor_run, services, ctx),
+                )
+            )
     for db in config.databases if "baseline_b" in config.impls else ():
         url = services.database(db, "relay_b")
         setup = engine_for(url)
@@ -213,7 +237,9 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         "ms (only slept when a batch comes back empty). protocol_floor is one process doing "
         "only the Kafka work every relay of this protocol does (bench/relay_floor.py): it reads "
         "the half and op records, writes each half record to the real topic and commits each "
-        "consume() in a Kafka transaction with its offsets, decoding and matching nothing."
+        "consume() in a Kafka transaction with its offsets, decoding and matching nothing; "
+        "protocol_floor_jvm does the same through Kafka's Java client "
+        "(jvm/relay-floor/RelayFloor.java): no Python object per record."
     )
     result.seconds = time.monotonic() - started
     return result

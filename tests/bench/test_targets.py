@@ -72,6 +72,7 @@ def test_the_producer_and_relay_targets_are_ratios_to_the_baseline_of_the_same_r
         ({"impl": "baseline_b", "db": "postgresql", "relays": 1}, 20_000),
         ({"impl": "baseline_b", "db": "sqlite", "relays": 1}, 1_000),  # not the one compared
         ({"impl": "protocol_floor", "db": "-", "relays": 1}, 30_000),
+        ({"impl": "protocol_floor_jvm", "db": "-", "relays": 1}, 45_000),
     ]:
         relay.rows.append(Row(config, {"promotions_per_s": Summary.of([rate], "records/s")}))
     by_goal = {t.name: t for t in evaluate({"producer": producer, "relay": relay})}
@@ -82,7 +83,10 @@ def test_the_producer_and_relay_targets_are_ratios_to_the_baseline_of_the_same_r
     assert by_goal["producer p50 vs A, PostgreSQL"].met is True
     assert by_goal["one relay vs B"].value == 1.3 and by_goal["one relay vs B"].met is True
     # the relay's Kafka work alone, measured beside them, noted against the same B
-    assert by_goal["one relay vs B"].note.endswith(": 1.50x B")
+    assert by_goal["one relay vs B"].note.endswith(": 1.50x B in Python, 2.25x B on the JVM")
+    relay.rows = [r for r in relay.rows if r.config["impl"] != "protocol_floor_jvm"]
+    alone = {t.name: t for t in evaluate({"relay": relay})}["one relay vs B"]
+    assert alone.note.endswith(": 1.50x B in Python")  # no JDK: the JVM floor was not run
     assert by_goal["two relays"].note == ""
 
 
