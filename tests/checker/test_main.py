@@ -22,7 +22,7 @@ STUCK = textwrap.dedent(
     from checker.settings import CheckerSettings
 
     def hang(self):
-        time.sleep(30)
+        time.sleep({hang_s})
 
     main.Checker.run = hang
     main.Checker.idle_s = lambda self: 600.0
@@ -31,9 +31,9 @@ STUCK = textwrap.dedent(
 )
 
 
-def run(extra: str) -> subprocess.CompletedProcess[str]:
+def run(extra: str, hang_s: float = 30) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", STUCK.format(extra=extra)],
+        [sys.executable, "-c", STUCK.format(extra=extra, hang_s=hang_s)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -49,7 +49,8 @@ def test_a_checker_whose_loop_is_stuck_exits_with_code_3_and_its_stacks() -> Non
 
 
 def test_the_watchdog_is_off_with_stuck_exit_s_0() -> None:
-    done = run("stuck_exit_s=0")
+    # hung for 12 s: a watchdog that is on looks every 5 s, and exits at its first look (above)
+    done = run("stuck_exit_s=0", hang_s=12)
     assert done.returncode == 0, done.stderr
     assert "has not turned" not in done.stderr
 
