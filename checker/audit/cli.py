@@ -103,6 +103,12 @@ def build_parser(prog: str = "kafka-outbox audit") -> argparse.ArgumentParser:
     add("--master", help="Spark master (default local[*]; spark-submit's under spark-submit)")
     add("--jars-dir", help="folder of the Kafka source's jars (default .cache/jvm/spark)")
     add("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeat)")
+    add(
+        "--class-cache",
+        metavar="DIR",
+        help="keep the JVM's class-data archive here: the first audit writes it (~200 MB, "
+        "~20 s more), later ones start ~5 s sooner (default: none)",
+    )
     add("--quiet", action="store_true", help="print only the verdict line")
     return parser
 
@@ -235,6 +241,7 @@ def _run(settings: Any, args: argparse.Namespace, spark_conf: dict[str, str]) ->
         master=args.master,
         jars_dir=Path(args.jars_dir) if args.jars_dir else None,
         conf=spark_conf,
+        class_cache=Path(args.class_cache) if args.class_cache else None,
     )
     try:
         result = run_audit(session.spark, settings)

@@ -8,15 +8,21 @@ session, its master and its jars are spark-submit's and are left alone.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import subprocess
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from checker.audit.class_cache import ClassCache
+from checker.audit.class_cache import class_cache as find_class_cache
 from checker.audit.errors import AuditConfigError, AuditSourceError
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
 APP_NAME = "kafka-outbox-audit"
@@ -147,16 +153,63 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+#: How long :meth:`Session.close` waits for a JVM writing its class-data archive as it exits.
+ARCHIVE_WAIT_S = 300.0
+
+
 @dataclass
 class Session:
-    """A SparkSession and whether this audit started it (and so must stop it)."""
+    """A SparkSession and whether this audit started it (and so must stop it).
+
+    ``class_cache`` is set when the session's JVM writes or reads a class-data archive
+    (:mod:`checker.audit.class_cache`).
+    """
 
     spark: Any
     owned: bool
+    class_cache: ClassCache | None = None
 
     def close(self) -> None:
-        if self.owned:
-            self.spark.stop()
+        if not self.owned:
+            return
+        self.spark.stop()
+        writing = self.class_cache is not None and self.class_cache.write is not None
+        # The JVM writes the archive as it exits: end it now, wait, then put the archive in
+        # place (an audit started meanwhile must not map a half-written one).
+        if writing and _end_jvm(ARCHIVE_WAIT_S) and self.class_cache is not None:
+            self.class_cache.finish()
+
+
+def _end_jvm(timeout_s: float) -> bool:
+    """End the JVM PySpark started (it exits when its stdin closes); True once it has exited
+    normally. A JVM that failed to write its archive exits otherwise, and a cut-off archive
+    must never be put in place: HotSpot crashes (SIGBUS) mapping one."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is not None:
+        gateway.shutdown()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    if proc is None or proc.stdin is None:
+        return False
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        log.warning(
+            "the audit's JVM is still writing its class-data archive after %.0f s; it is not used",
+            timeout_s,
+        )
+        return False
+    if proc.returncode != 0:
+        log.warning(
+            "the audit's JVM exited %s writing its class-data archive; it is not used",
+            proc.returncode,
+        )
+        return False
+    return True
 
 
 def start_session(
@@ -164,8 +217,13 @@ def start_session(
     master: str | None = None,
     jars_dir: Path | None = None,
     conf: Mapping[str, str] | None = None,
+    class_cache: Path | None = None,
 ) -> Session:
     """The running session if there is one (tests, notebooks, spark-submit), else a new one.
+
+    ``class_cache`` names the folder of the JVM's class-data archive
+    (:mod:`checker.audit.class_cache`); it applies only to a session started here, not under
+    spark-submit.
 
     Raises:
         AuditConfigError: the Kafka source's jars are missing.
@@ -178,11 +236,17 @@ def start_session(
         return Session(active, owned=False)
     builder = SparkSession.builder.appName(APP_NAME)
     settings = dict(conf or {})
+    cache: ClassCache | None = None
     if not under_spark_submit():
         builder = builder.master(master or DEFAULT_MASTER)
         jars = connector_jars(jars_dir or cached_jars_dir())
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-        settings = merge_settings(local_defaults(), settings)
+        defaults = local_defaults()
+        if class_cache is not None:
+            cache = find_class_cache(class_cache, extra_jars=jars)
+            if cache is not None:
+                defaults[JAVA_OPTIONS[0]] += f" {cache.java_options}"
+        settings = merge_settings(defaults, settings)
     elif master:
         builder = builder.master(master)
     for key, value in settings.items():
@@ -190,6 +254,12 @@ def start_session(
     try:
         spark = builder.getOrCreate()
     except Exception as err:  # py4j / JVM start-up failures have no common base class
-        raise AuditSourceError(f"Spark could not start: {err}") from err
+        hint = ""
+        if cache is not None and cache.write is None:
+            hint = (
+                f"; if it fails again, delete the class-data archive {cache.archive} "
+                "(--class-cache): a damaged one crashes the JVM as it starts"
+            )
+        raise AuditSourceError(f"Spark could not start: {err}{hint}") from err
     spark.sparkContext.setLogLevel("WARN")
-    return Session(spark, owned=True)
+    return Session(spark, owned=True, class_cache=cache)

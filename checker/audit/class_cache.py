@@ -1,0 +1,159 @@
+"""The class-data cache of an audit's own JVM: Spark's classes loaded once, mapped afterwards.
+
+Every local audit starts a JVM that loads, parses and verifies the same ~20,000 classes of
+Spark, Scala, Hadoop and Kafka before and during its first jobs: seconds of a short audit's
+wall time on two cores. HotSpot (JDK 13 and later) can write the classes one run loaded to an
+archive as it exits (``-XX:ArchiveClassesAtExit``, "dynamic CDS") and map that archive, already
+parsed and verified, into later runs (``-XX:SharedArchiveFile``). Measured on ``local[2]``
+(docs/benchmarks.md, "Where the audit's time goes"): about 5 s less per audit; the run that
+writes the archive takes about 20 s more (the JVM writes ~200 MB as it exits).
+
+So it pays for audits run again on one machine (a workstation, a VM, a pod with a volume),
+not for one-off runs in a fresh container: it is off unless ``--class-cache DIR`` names a
+folder. An archive only fits the JVM and the jars it was written with; its file name is a
+digest of both, so a new JDK or Spark writes a new archive instead of being refused with
+warnings. An archive that does not fit anyway (the JVM checks) is ignored with a warning, and
+the audit runs as without one.
+
+The archive is written to a ``.part`` file and renamed into place only once its JVM has
+exited, so an audit started meanwhile never maps half an archive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The first JDK whose HotSpot writes dynamic class-data archives.
+MIN_JAVA = 13
+#: ``.part`` files older than this are left over from a JVM that died while writing.
+STALE_PART_S = 24 * 3600
+_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+
+
+@dataclass(frozen=True)
+class ClassCache:
+    """Where one JVM's archive lives, and the JVM options that write or read it.
+
+    ``write`` is the ``.part`` file this run's JVM writes as it exits (None when the archive
+    already exists and is only read); :meth:`finish` renames it into place.
+    """
+
+    archive: Path
+    write: Path | None = None
+
+    @property
+    def java_options(self) -> str:
+        if self.write is not None:
+            return f"-XX:ArchiveClassesAtExit={self.write}"
+        return f"-XX:SharedArchiveFile={self.archive}"
+
+    def finish(self) -> bool:
+        """Put a written archive in place (call it once the JVM has exited). True if it did."""
+        if self.write is None or not self.write.is_file() or self.write.stat().st_size == 0:
+            return False
+        os.replace(self.write, self.archive)
+        return True
+
+
+def java_command(env: dict[str, str] | None = None) -> str | None:
+    """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the first on PATH."""
+    environ = os.environ if env is None else env
+    home = environ.get("JAVA_HOME")
+    if home:
+        return str(Path(home) / "bin" / "java")
+    return shutil.which("java", path=environ.get("PATH"))
+
+
+def java_version(java: str) -> tuple[int, str] | None:
+    """The major version and the full ``java -version`` text; None when it does not run."""
+    try:
+        done = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = done.stderr + done.stdout
+    found = _VERSION.search(text)
+    if done.returncode != 0 or found is None:
+        return None
+    major = int(found.group(1))
+    if major == 1 and found.group(2):  # "1.8.0_392"
+        major = int(found.group(2))
+    return major, text
+
+
+def spark_jars_dir() -> Path | None:
+    """The jars Spark's launcher puts on the JVM's class path (``$SPARK_HOME/jars``, else
+    PySpark's own)."""
+    home = os.environ.get("SPARK_HOME")
+    if home:
+        return Path(home) / "jars"
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    return Path(pyspark.__file__).resolve().parent / "jars"
+
+
+def digest(java: str, version_text: str, jars: Sequence[Path]) -> str:
+    """A name for the archive of one JVM with one class path: the JVM (its real path and
+    version) and each jar's name and size."""
+    h = hashlib.sha256()
+    h.update(os.path.realpath(java).encode())
+    h.update(version_text.encode())
+    for jar in sorted(jars):
+        try:
+            size = jar.stat().st_size
+        except OSError:
+            size = -1
+        h.update(f"\0{jar.name}\0{size}".encode())
+    return h.hexdigest()[:16]
+
+
+def class_cache(folder: Path, *, extra_jars: Sequence[Path] = ()) -> ClassCache | None:
+    """The cache of this machine's JVM and Spark under ``folder``; None (run without one) when
+    Java is older than 13 or cannot be found, so that the audit never fails for its cache.
+
+    Raises:
+        AuditConfigError: ``folder`` cannot be created or written.
+    """
+    from checker.audit.errors import AuditConfigError
+
+    java = java_command()
+    found = java_version(java) if java else None
+    if java is None or found is None or found[0] < MIN_JAVA:
+        return None
+    spark_jars = spark_jars_dir()
+    jars = sorted(spark_jars.glob("*.jar")) if spark_jars and spark_jars.is_dir() else []
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AuditConfigError(
+            f"--class-cache {folder}: cannot create it ({err}); name a writable folder"
+        ) from err
+    if not os.access(folder, os.W_OK):
+        raise AuditConfigError(f"--class-cache {folder} is not writable; name a writable folder")
+    _remove_stale_parts(folder)
+    archive = folder / f"audit-{digest(java, found[1], [*jars, *extra_jars])}.jsa"
+    if archive.is_file():
+        return ClassCache(archive)
+    return ClassCache(archive, write=folder / f"{archive.name}.{uuid.uuid4().hex[:8]}.part")
+
+
+def _remove_stale_parts(folder: Path) -> None:
+    now = time.time()
+    for part in folder.glob("*.part"):
+        try:
+            if now - part.stat().st_mtime > STALE_PART_S:
+                part.unlink()
+        except OSError:
+            pass

@@ -1,0 +1,187 @@
+"""The class-data cache of the audit's own JVM (``--class-cache``).
+
+The unit tests use the machine's real ``java`` for its version (and a stand-in ``java`` script
+only where an old or broken JVM is the point). The ``processes`` test runs the audit's CLI twice
+in processes of its own on seeded topics: the first writes the archive, the second maps it, and
+both report the same findings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from checker.audit.class_cache import (
+    MIN_JAVA,
+    STALE_PART_S,
+    ClassCache,
+    class_cache,
+    digest,
+    java_command,
+    java_version,
+)
+from checker.audit.errors import AuditConfigError
+from tests.checker.audit.seeded import seed
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _java_found() -> bool:
+    java = java_command()
+    found = java_version(java) if java else None
+    return found is not None and found[0] >= MIN_JAVA
+
+
+needs_java = pytest.mark.skipif(not _java_found(), reason=f"no java {MIN_JAVA}+ here")
+
+
+def _fake_java(folder: Path, version_line: str, code: int = 0) -> Path:
+    """A ``$JAVA_HOME`` whose ``bin/java -version`` prints ``version_line``."""
+    home = folder / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text(f"#!/bin/sh\necho '{version_line}' >&2\nexit {code}\n")
+    java.chmod(0o755)
+    return home
+
+
+@needs_java
+def test_the_first_run_writes_a_part_file_that_later_runs_read_once_it_is_in_place(
+    tmp_path: Path,
+) -> None:
+    first = class_cache(tmp_path)
+    assert first is not None and first.write is not None
+    assert first.write.parent == tmp_path and first.write.name.endswith(".part")
+    assert first.java_options == f"-XX:ArchiveClassesAtExit={first.write}"
+    assert not first.archive.exists()
+    # a second audit before the first's JVM has exited writes its own part, reads nothing
+    meanwhile = class_cache(tmp_path)
+    assert meanwhile is not None and meanwhile.write not in (None, first.write)
+    first.write.write_bytes(b"archive")
+    assert first.finish()
+    assert first.archive.read_bytes() == b"archive" and not first.write.exists()
+    later = class_cache(tmp_path)
+    assert later == ClassCache(first.archive)
+    assert later.java_options == f"-XX:SharedArchiveFile={first.archive}"
+    assert not later.finish()  # nothing to put in place
+
+
+def test_a_missing_or_empty_part_file_is_never_put_in_place(tmp_path: Path) -> None:
+    cache = ClassCache(tmp_path / "a.jsa", write=tmp_path / "a.jsa.x.part")
+    assert not cache.finish()
+    cache.write.write_bytes(b"")  # type: ignore[union-attr]
+    assert not cache.finish()
+    assert not cache.archive.exists()
+
+
+def test_the_archive_name_changes_with_the_jvm_and_with_any_jar(tmp_path: Path) -> None:
+    jar = tmp_path / "spark-core.jar"
+    jar.write_bytes(b"x" * 10)
+    base = digest("/usr/bin/java", 'openjdk version "17.0.15"', [jar])
+    assert base == digest("/usr/bin/java", 'openjdk version "17.0.15"', [jar])
+    assert base != digest("/usr/bin/java", 'openjdk version "17.0.16"', [jar])
+    assert base != digest("/opt/jdk/bin/java", 'openjdk version "17.0.15"', [jar])
+    assert base != digest("/usr/bin/java", 'openjdk version "17.0.15"', [])
+    jar.write_bytes(b"x" * 11)  # a new build of the same jar
+    assert base != digest("/usr/bin/java", 'openjdk version "17.0.15"', [jar])
+
+
+@needs_java
+def test_the_connector_jars_are_part_of_the_name(tmp_path: Path) -> None:
+    jar = tmp_path / "kafka-clients.jar"
+    jar.write_bytes(b"x")
+    without = class_cache(tmp_path / "cache")
+    with_jar = class_cache(tmp_path / "cache", extra_jars=[jar])
+    assert without is not None and with_jar is not None
+    assert without.archive != with_jar.archive
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [('openjdk version "11.0.2" 2019-01-15', 0), ('java version "1.8.0_392"', 0), ("", 1)],
+)
+def test_a_jvm_too_old_or_broken_runs_the_audit_without_a_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, code: int
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, line, code)))
+    assert class_cache(tmp_path / "cache") is None
+    assert not (tmp_path / "cache").exists()
+
+
+def test_no_java_at_all_runs_the_audit_without_a_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-such-jdk"))
+    assert class_cache(tmp_path / "cache") is None
+
+
+def test_the_version_of_a_jdk_8_reads_as_8(tmp_path: Path) -> None:
+    home = _fake_java(tmp_path, 'java version "1.8.0_392"')
+    found = java_version(str(home / "bin" / "java"))
+    assert found is not None and found[0] == 8
+
+
+@needs_java
+def test_a_folder_that_cannot_be_created_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(AuditConfigError, match=f"--class-cache {blocker / 'cache'}"):
+        class_cache(blocker / "cache")
+
+
+@needs_java
+def test_part_files_left_by_a_dead_jvm_are_removed_after_a_day(tmp_path: Path) -> None:
+    stale, fresh = tmp_path / "audit-x.jsa.old.part", tmp_path / "audit-x.jsa.new.part"
+    for part in (stale, fresh):
+        part.write_bytes(b"half an archive")
+    old = time.time() - STALE_PART_S - 60
+    os.utime(stale, (old, old))
+    class_cache(tmp_path)
+    assert not stale.exists() and fresh.exists()
+
+
+def _audit(bootstrap: str, prefix: str, out: Path, cache: Path, classes_log: Path) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", bootstrap,
+         "--topic-prefix", prefix, "--as-of", "now+10m", "--master", "local[2]",
+         "--out", str(out), "--quiet", "--class-cache", str(cache),
+         "--conf", f"spark.driver.extraJavaOptions=-Xlog:class+load=info:file={classes_log}"],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]  # the seeded anomalies
+    summary: dict = json.loads((out / "summary.json").read_text())
+    return summary
+
+
+def _from_the_archive(classes_log: Path) -> int:
+    """Classes the JVM mapped from the dynamic (top) archive, by its own class-loading log."""
+    return classes_log.read_text().count("source: shared objects file (top)")
+
+
+@pytest.mark.integration
+@pytest.mark.processes
+@needs_java
+def test_the_second_audit_maps_the_archive_the_first_wrote_and_finds_the_same(
+    kafka_bootstrap: str, postgres_url: str, tmp_path: Path
+) -> None:
+    seeded = seed(kafka_bootstrap, postgres_url)
+    cache = tmp_path / "class-cache"
+    first = _audit(kafka_bootstrap, seeded.prefix, tmp_path / "a", cache, tmp_path / "a.log")
+    archives = list(cache.glob("*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 1_000_000
+    assert not list(cache.glob("*.part"))
+    assert _from_the_archive(tmp_path / "a.log") == 0
+    second = _audit(kafka_bootstrap, seeded.prefix, tmp_path / "b", cache, tmp_path / "b.log")
+    assert _from_the_archive(tmp_path / "b.log") > 5_000
+    assert list(cache.glob("*.jsa")) == archives
+    counts = {name: f["count"] for name, f in first["findings"].items()}
+    assert counts == {name: f["count"] for name, f in second["findings"].items()}
+    assert first["statistics"]["transactions"] == second["statistics"]["transactions"] == 45
+    for name in ("lost", "phantom", "duplicate", "partial", "stuck"):
+        assert set(second["findings"][name]["sample_txn_ids"]) == seeded.expected[name], name
