@@ -21,7 +21,6 @@ from checker.audit.findings import FINDINGS, decisions, delivery, evidence, orde
 from checker.audit.output import finish_summary, write_finding, write_report
 from checker.audit.settings import AuditSettings, Resolved
 from checker.audit.source import AuditInputs, load_inputs, typed
-from checker.audit.stats import histograms
 from checker.audit.stats import statistics as statistics_of
 
 #: Spark jobs submitted at once (materialising sources, writing findings).
@@ -138,7 +137,6 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
             grace_ms=settings.grace_ms,
             window_ms=settings.window_ms,
         )
-        bins = pool.submit(histograms, book)
         outputs = {
             name: pool.submit(
                 write_finding,
@@ -150,20 +148,19 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
             for name, frame in found.items()
         }
         written = {name: future.result() for name, future in outputs.items()}
-        counted, latency = stats.result()
-        histogram_bins = bins.result()
+        figures = stats.result()
         clock.lap("findings and statistics")
     summary = finish_summary(
         {
             "parameters": _parameters(settings, resolved, inputs),
-            "statistics": {**read, **counted},
-            "latency_ms": latency,
+            "statistics": {**read, **figures.counts},
+            "latency_ms": figures.latencies,
             "report": str(out_dir / "report.html"),
             "timings_s": clock.laps,
         },
         written,
     )
-    write_report(summary, written, histogram_bins, out_dir)
+    write_report(summary, written, figures.histograms, out_dir)
     return AuditResult(summary=summary, findings=found, out_dir=out_dir)
 
 

@@ -9,6 +9,7 @@ quarter-decade bins, so that milliseconds and minutes fit on one chart.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -56,11 +57,20 @@ def _totals(as_of_ms: int, grace_ms: int, window_ms: int) -> list[Column]:
     ]
 
 
-def statistics(
-    ledger: DataFrame, *, as_of_ms: int, grace_ms: int, window_ms: int
-) -> tuple[dict[str, Any], dict[str, dict[str, int | None]]]:
-    """Counts over the in-scope transactions (by state, by decider, still in flight) and the
-    latency percentiles: two Spark jobs."""
+@dataclass(frozen=True)
+class Statistics:
+    """Counts over the in-scope transactions, latency percentiles, and each latency's
+    ``(bin, count)`` pairs in bin order."""
+
+    counts: dict[str, Any]
+    latencies: dict[str, dict[str, int | None]]
+    histograms: dict[str, list[tuple[int, int]]]
+
+
+def statistics(ledger: DataFrame, *, as_of_ms: int, grace_ms: int, window_ms: int) -> Statistics:
+    """Counts over the in-scope transactions (by state, by decider, still in flight), the
+    latency percentiles and histograms: two Spark jobs, one aggregate and one grouping (the
+    histograms' bins are grouped with the states, not in a job of their own)."""
     columns = latency_columns()
     scoped = ledger.withColumns(columns)
     latency_aggregates = []
@@ -77,14 +87,16 @@ def statistics(
         k: int(values.get(k) or 0) for k in (c for c in values if "__" not in c)
     }
     state = F.coalesce(F.col("state"), F.lit("UNDECIDED"))
+    bins = [bin_of(F.col(name)).alias(f"{name}__bin") for name in columns]
     groups = (
-        ledger.groupBy(F.col("in_scope"), state.alias("state"), F.col("decided_by"))
+        scoped.groupBy(F.col("in_scope"), state.alias("state"), F.col("decided_by"), *bins)
         .count()
         .collect()
     )
     by_state: dict[str, int] = {}
     by_decider: dict[str, int] = {}
     by_state_decider: dict[str, dict[str, int]] = {}
+    binned: dict[str, dict[int, int]] = {name: {} for name in columns}
     out_of_scope = 0
     for g in groups:
         if not g["in_scope"]:
@@ -93,7 +105,12 @@ def statistics(
         by_state[g["state"]] = by_state.get(g["state"], 0) + g["count"]
         if g["state"] in TERMINAL and g["decided_by"] is not None:
             by_decider[g["decided_by"]] = by_decider.get(g["decided_by"], 0) + g["count"]
-            by_state_decider.setdefault(g["state"], {})[g["decided_by"]] = g["count"]
+            per_state = by_state_decider.setdefault(g["state"], {})
+            per_state[g["decided_by"]] = per_state.get(g["decided_by"], 0) + g["count"]
+        for name in columns:
+            index = g[f"{name}__bin"]
+            if index is not None:
+                binned[name][int(index)] = binned[name].get(int(index), 0) + g["count"]
     counts.update(
         transactions_out_of_scope=out_of_scope,
         by_state=dict(sorted(by_state.items())),
@@ -110,7 +127,8 @@ def statistics(
             "p99": ps[2],
             "max": values.get(f"{name}__max"),
         }
-    return counts, latencies
+    histograms = {name: sorted(pairs.items()) for name, pairs in binned.items()}
+    return Statistics(counts, latencies, histograms)
 
 
 def bin_of(value: Column) -> Column:
@@ -118,21 +136,3 @@ def bin_of(value: Column) -> Column:
     return F.when(value < 1, F.lit(0)).otherwise(
         F.floor(F.log10(value) * BINS_PER_DECADE).cast("int") + 1
     )
-
-
-def histograms(ledger: DataFrame) -> dict[str, list[tuple[int, int]]]:
-    """(bin, count) pairs of each latency, in bin order."""
-    columns = latency_columns()
-    scope = ledger.filter(F.col("in_scope"))
-    stacked = None
-    for name, column in columns.items():
-        part = scope.select(F.lit(name).alias("latency"), column.alias("ms")).filter(
-            F.col("ms").isNotNull()
-        )
-        stacked = part if stacked is None else stacked.unionByName(part)
-    assert stacked is not None
-    rows = stacked.groupBy("latency", bin_of(F.col("ms")).alias("bin")).count().collect()
-    result: dict[str, list[tuple[int, int]]] = {name: [] for name in columns}
-    for row in rows:
-        result[row["latency"]].append((int(row["bin"]), int(row["count"])))
-    return {name: sorted(pairs) for name, pairs in result.items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from checker.audit.bins import bin_index
-from checker.audit.stats import histograms, statistics
+from checker.audit.stats import statistics
 from tests.checker.audit.scenario import Scenario
 
 pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
@@ -23,7 +23,8 @@ def test_counts_and_latencies_follow_the_transactions(spark) -> None:
     sc.txn(at=1_000, in_range=False)
     book, _ = sc.ledger(spark)
 
-    counts, latency = statistics(book, as_of_ms=100_000, grace_ms=5_000, window_ms=10_000)
+    figures = statistics(book, as_of_ms=100_000, grace_ms=5_000, window_ms=10_000)
+    counts, latency = figures.counts, figures.latencies
 
     assert counts["transactions"] == 12 and counts["transactions_out_of_scope"] == 1
     assert counts["by_state"] == {"COMMIT": 10, "ROLLBACK": 1, "UNDECIDED": 1}
@@ -41,6 +42,6 @@ def test_counts_and_latencies_follow_the_transactions(spark) -> None:
     assert latency["decision_to_promotion"]["max"] == 50
     assert latency["half_to_promotion"]["count"] == 10
 
-    bins = dict(histograms(book)["half_to_decision"])
+    bins = dict(figures.histograms["half_to_decision"])
     assert sum(bins.values()) == 11
     assert bins[bin_index(20)] == 1 and bin_index(1000) in bins
