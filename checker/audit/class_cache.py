@@ -1,6 +1,6 @@
 """The class-data cache of an audit's own JVM: Spark's classes loaded once, mapped afterwards.
 
-Every local audit starts a JVM that loads, parses and verifies the same ~20,000 classes of
+Every local audit starts a JVM that loads, parses and verifies the same ~18,000 classes of
 Spark, Scala, Hadoop and Kafka before and during its first jobs: seconds of a short audit's
 wall time on two cores. HotSpot (JDK 13 and later) can write the classes one run loaded to an
 archive as it exits (``-XX:ArchiveClassesAtExit``, "dynamic CDS") and map that archive, already
