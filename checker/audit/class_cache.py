@@ -16,7 +16,9 @@ warnings. An archive that does not fit anyway (the JVM checks) is ignored with a
 the audit runs as without one.
 
 The archive is written to a ``.part`` file and renamed into place only once its JVM has
-exited, so an audit started meanwhile never maps half an archive.
+exited normally, so an audit started meanwhile never maps half an archive: HotSpot crashes
+(SIGBUS) mapping a cut-off one. One damaged later anyway makes the JVM fail to start; the
+session then deletes it and starts again (:func:`checker.audit.session.start_session`).
 """
 
 from __future__ import annotations

@@ -223,7 +223,8 @@ def start_session(
 
     ``class_cache`` names the folder of the JVM's class-data archive
     (:mod:`checker.audit.class_cache`); it applies only to a session started here, not under
-    spark-submit.
+    spark-submit. When the JVM does not start with an archive, the archive is deleted and the
+    session started once more, writing a new one.
 
     Raises:
         AuditConfigError: the Kafka source's jars are missing.
@@ -254,12 +255,19 @@ def start_session(
     try:
         spark = builder.getOrCreate()
     except Exception as err:  # py4j / JVM start-up failures have no common base class
-        hint = ""
         if cache is not None and cache.write is None:
-            hint = (
-                f"; if it fails again, delete the class-data archive {cache.archive} "
-                "(--class-cache): a damaged one crashes the JVM as it starts"
+            # A damaged archive (a full or failing disk, a copy cut short) crashes HotSpot as it
+            # maps it, every time: drop it and start again, which writes a new one.
+            log.warning(
+                "Spark did not start with the class-data archive %s (%s); deleted it, "
+                "starting again without it",
+                cache.archive,
+                err,
             )
-        raise AuditSourceError(f"Spark could not start: {err}{hint}") from err
+            cache.archive.unlink(missing_ok=True)
+            return start_session(
+                master=master, jars_dir=jars_dir, conf=conf, class_cache=class_cache
+            )
+        raise AuditSourceError(f"Spark could not start: {err}") from err
     spark.sparkContext.setLogLevel("WARN")
     return Session(spark, owned=True, class_cache=cache)

@@ -185,3 +185,38 @@ def test_the_second_audit_maps_the_archive_the_first_wrote_and_finds_the_same(
     assert first["statistics"]["transactions"] == second["statistics"]["transactions"] == 45
     for name in ("lost", "phantom", "duplicate", "partial", "stuck"):
         assert set(second["findings"][name]["sample_txn_ids"]) == seeded.expected[name], name
+
+
+@pytest.mark.integration
+@pytest.mark.processes
+@needs_java
+def test_a_damaged_archive_is_deleted_and_the_audit_starts_again_writing_a_new_one(
+    tmp_path: Path,
+) -> None:
+    from checker.audit.session import cached_jars_dir, connector_jars
+
+    cache = tmp_path / "class-cache"
+    expected = class_cache(cache, extra_jars=connector_jars(cached_jars_dir()))
+    assert expected is not None
+    # A real archive cut in half (as a full disk or a copy cut short leaves one): HotSpot
+    # crashes (SIGBUS) mapping it, at every start.
+    whole = tmp_path / "whole.jsa"
+    java = java_command()
+    assert java is not None
+    subprocess.run([java, f"-XX:ArchiveClassesAtExit={whole}", "-version"], check=True,
+                   capture_output=True, timeout=120)  # fmt: skip
+    data = whole.read_bytes()
+    expected.archive.write_bytes(data[: len(data) // 2])
+    done = subprocess.run(
+        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", "127.0.0.1:9",
+         "--timeout", "2s", "--master", "local[1]", "--out", str(tmp_path / "out"),
+         "--class-cache", str(cache)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    # Spark started (the second time): what stopped the audit is the broker nobody runs
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "Kafka at 127.0.0.1:9 did not answer" in done.stderr
+    assert "Spark could not start" not in done.stderr
+    assert "deleted it, starting again without it" in done.stderr
+    assert expected.archive.stat().st_size > len(data)  # the new one, written at exit
+    assert not list(cache.glob("*.part"))
