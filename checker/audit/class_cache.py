@@ -66,13 +66,12 @@ class ClassCache:
         return True
 
 
-def java_command(env: dict[str, str] | None = None) -> str | None:
+def java_command() -> str | None:
     """The ``java`` Spark's launcher runs: ``$JAVA_HOME/bin/java``, else the first on PATH."""
-    environ = os.environ if env is None else env
-    home = environ.get("JAVA_HOME")
+    home = os.environ.get("JAVA_HOME")
     if home:
         return str(Path(home) / "bin" / "java")
-    return shutil.which("java", path=environ.get("PATH"))
+    return shutil.which("java")
 
 
 def java_version(java: str) -> tuple[int, str] | None:
@@ -94,16 +93,13 @@ def java_version(java: str) -> tuple[int, str] | None:
 
 
 def spark_jars_dir() -> Path | None:
-    """The jars Spark's launcher puts on the JVM's class path (``$SPARK_HOME/jars``, else
-    PySpark's own)."""
-    home = os.environ.get("SPARK_HOME")
-    if home:
-        return Path(home) / "jars"
+    """The jars Spark's launcher puts on the JVM's class path: ``<SPARK_HOME>/jars``, with
+    SPARK_HOME found as PySpark's own launcher finds it."""
     try:
-        import pyspark
+        from pyspark.find_spark_home import _find_spark_home
     except ImportError:
         return None
-    return Path(pyspark.__file__).resolve().parent / "jars"
+    return Path(_find_spark_home()) / "jars"
 
 
 def digest(java: str, version_text: str, jars: Sequence[Path]) -> str:
