@@ -19,10 +19,16 @@ The archive is written to a ``.part`` file and renamed into place only once its 
 exited normally, so an audit started meanwhile never maps half an archive: HotSpot crashes
 (SIGBUS) mapping a cut-off one. One damaged later anyway makes the JVM fail to start; the
 session then deletes it and starts again (:func:`checker.audit.session.start_session`).
+
+Each JDK or Spark upgrade names a new archive (~200 MB) and leaves the old one unused, so the
+folder is kept bounded by use, not by upgrades: every audit marks the archive it maps as used
+(its modification time) and deletes the folder's archives no audit has used for
+:data:`UNUSED_ARCHIVE_S`. Deleting one another JVM has mapped is safe: the JVM keeps its pages.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -38,6 +44,8 @@ from pathlib import Path
 MIN_JAVA = 13
 #: ``.part`` files older than this are left over from a JVM that died while writing.
 STALE_PART_S = 24 * 3600
+#: Archives no audit has mapped for this long belong to a JDK or Spark no longer run here.
+UNUSED_ARCHIVE_S = 30 * 24 * 3600
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
 
@@ -140,18 +148,23 @@ def class_cache(folder: Path, *, extra_jars: Sequence[Path] = ()) -> ClassCache 
         ) from err
     if not os.access(folder, os.W_OK):
         raise AuditConfigError(f"--class-cache {folder} is not writable; name a writable folder")
-    _remove_stale_parts(folder)
     archive = folder / f"audit-{digest(java, found[1], [*jars, *extra_jars])}.jsa"
+    _remove_stale(folder, keep=archive)
     if archive.is_file():
+        with contextlib.suppress(OSError):
+            os.utime(archive)  # used now: not taken for an archive of an older JVM
         return ClassCache(archive)
     return ClassCache(archive, write=folder / f"{archive.name}.{uuid.uuid4().hex[:8]}.part")
 
 
-def _remove_stale_parts(folder: Path) -> None:
+def _remove_stale(folder: Path, *, keep: Path) -> None:
+    """Delete ``.part`` files a dead JVM left and archives no audit has used for long."""
     now = time.time()
-    for part in folder.glob("*.part"):
+    stale = [(part, STALE_PART_S) for part in folder.glob("*.part")]
+    stale += [(a, UNUSED_ARCHIVE_S) for a in folder.glob("audit-*.jsa") if a != keep]
+    for path, age in stale:
         try:
-            if now - part.stat().st_mtime > STALE_PART_S:
-                part.unlink()
+            if now - path.stat().st_mtime > age:
+                path.unlink()
         except OSError:
             pass

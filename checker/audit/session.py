@@ -212,6 +212,17 @@ def _end_jvm(timeout_s: float) -> bool:
     return True
 
 
+def _ignored(class_cache: Path | None, why: str) -> None:
+    """Say that ``--class-cache`` does nothing for a JVM this audit did not start."""
+    if class_cache is not None:
+        log.warning(
+            "--class-cache %s is ignored: %s; give that JVM -XX:SharedArchiveFile=FILE "
+            "(spark.driver.extraJavaOptions) to map an archive",
+            class_cache,
+            why,
+        )
+
+
 def start_session(
     *,
     master: str | None = None,
@@ -223,8 +234,9 @@ def start_session(
 
     ``class_cache`` names the folder of the JVM's class-data archive
     (:mod:`checker.audit.class_cache`); it applies only to a session started here, not under
-    spark-submit. When the JVM does not start with an archive, the archive is deleted and the
-    session started once more, writing a new one.
+    spark-submit or to a running session (a warning says so). When the JVM does not start
+    with an archive, the archive is deleted and the session started once more, writing a new
+    one.
 
     Raises:
         AuditConfigError: the Kafka source's jars are missing.
@@ -234,6 +246,7 @@ def start_session(
 
     active = SparkSession.getActiveSession()
     if active is not None:
+        _ignored(class_cache, "a running SparkSession's JVM is used")
         return Session(active, owned=False)
     builder = SparkSession.builder.appName(APP_NAME)
     settings = dict(conf or {})
@@ -248,8 +261,10 @@ def start_session(
             if cache is not None:
                 defaults[JAVA_OPTIONS[0]] += f" {cache.java_options}"
         settings = merge_settings(defaults, settings)
-    elif master:
-        builder = builder.master(master)
+    else:
+        _ignored(class_cache, "spark-submit started the JVM")
+        if master:
+            builder = builder.master(master)
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:

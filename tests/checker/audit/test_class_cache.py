@@ -20,6 +20,7 @@ import pytest
 from checker.audit.class_cache import (
     MIN_JAVA,
     STALE_PART_S,
+    UNUSED_ARCHIVE_S,
     ClassCache,
     class_cache,
     digest,
@@ -144,6 +145,39 @@ def test_part_files_left_by_a_dead_jvm_are_removed_after_a_day(tmp_path: Path) -
     os.utime(stale, (old, old))
     class_cache(tmp_path)
     assert not stale.exists() and fresh.exists()
+
+
+@needs_java
+def test_archives_no_audit_used_for_30_days_are_removed_and_the_one_in_use_is_marked_used(
+    tmp_path: Path,
+) -> None:
+    current = class_cache(tmp_path)
+    assert current is not None and current.write is not None
+    current.archive.write_bytes(b"this JVM's archive")
+    old_jdk, recent = tmp_path / "audit-0ld0jdk.jsa", tmp_path / "audit-other0jvm.jsa"
+    for archive in (old_jdk, recent):
+        archive.write_bytes(b"an archive of another JVM")
+    long_ago = time.time() - UNUSED_ARCHIVE_S - 60
+    a_week_ago = time.time() - 7 * 24 * 3600
+    os.utime(old_jdk, (long_ago, long_ago))
+    os.utime(recent, (a_week_ago, a_week_ago))
+    os.utime(current.archive, (long_ago, long_ago))  # written long ago, mapped ever since
+    mapped = class_cache(tmp_path)
+    assert mapped == ClassCache(current.archive)
+    assert not old_jdk.exists() and recent.exists() and current.archive.exists()
+    assert time.time() - current.archive.stat().st_mtime < 60  # used now
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current.archive.name, recent.name])
+
+
+def test_a_class_cache_for_a_session_the_audit_did_not_start_is_ignored_with_a_warning(
+    spark: object, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from checker.audit.session import start_session
+
+    session = start_session(class_cache=tmp_path / "cache")
+    assert session.spark is spark and not session.owned and session.class_cache is None
+    assert f"--class-cache {tmp_path / 'cache'} is ignored" in caplog.text
+    assert not (tmp_path / "cache").exists()
 
 
 def _audit(bootstrap: str, prefix: str, out: Path, cache: Path, classes_log: Path) -> dict:
