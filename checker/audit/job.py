@@ -74,7 +74,7 @@ def compute_findings(
         "partial": delivery.partial(book, as_of_ms=as_of, grace_ms=grace),
         "phantom": delivery.phantom(promoted, book),
         "duplicate": delivery.duplicate(delivered, book),
-        "out_of_order": order.out_of_order(promoted, book),
+        "out_of_order": order.out_of_order(delivered, book),
         "stuck": decisions.stuck(book, as_of_ms=as_of, window_ms=window),
         "given_up": decisions.given_up(book, inputs.dead_letters),
         "conflicting_decisions": decisions.conflicting_decisions(ops, book),

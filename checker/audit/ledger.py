@@ -136,9 +136,15 @@ def decisions(ops: DataFrame) -> DataFrame:
 
 
 def deliveries(promoted: DataFrame) -> DataFrame:
-    """One row per (txn_id, message_index) found on the real topics, with how often."""
+    """One row per (txn_id, message_index) found on the real topics, with how often.
+
+    ``first_keyed`` is the message's first copy with a key, by (topic, partition, offset): what
+    the ordering finding compares (:mod:`checker.audit.findings.order`), taken in this pass so
+    that it does not read and sort the real topics' records again.
+    """
     ours = promoted.filter(F.col("txn_id").isNotNull())
     first = F.struct("ts_ms", "topic", "partition", "offset")
+    keyed = F.struct("topic", "partition", "offset", "ts_ms", "key")
     return ours.groupBy("txn_id", "message_index").agg(
         F.count(F.lit(1)).alias("times"),
         F.min("ts_ms").alias("first_ms"),
@@ -148,6 +154,7 @@ def deliveries(promoted: DataFrame) -> DataFrame:
         F.sort_array(F.collect_list(F.struct("topic", "partition", "offset", "ts_ms"))).alias(
             "records"
         ),
+        F.min(F.when(F.col("key").isNotNull(), keyed)).alias("first_keyed"),
     )
 
 

@@ -16,21 +16,25 @@ from pyspark.sql import functions as F
 from outbox.protocol.states import OpState
 
 
-def out_of_order(promoted: DataFrame, ledger: DataFrame) -> DataFrame:
+def out_of_order(delivered: DataFrame, ledger: DataFrame) -> DataFrame:
     """Records promoted after a record that should have come after them. The row names the
-    record that arrived too late and the one it followed."""
+    record that arrived too late and the one it followed.
+
+    ``delivered`` is :func:`checker.audit.ledger.deliveries`: each message's first keyed copy.
+    """
     committed = ledger.filter(F.col("in_scope") & (F.col("state") == OpState.COMMIT.value)).select(
         "txn_id", "producer_group", "decision_partition", "decision_offset"
     )
-    records = (
-        promoted.filter(F.col("txn_id").isNotNull() & F.col("key").isNotNull())
-        .drop("producer_group")
+    first = F.col("first_keyed")
+    firsts = (
+        delivered.filter(first.isNotNull())
+        .select(
+            "txn_id",
+            "message_index",
+            *(first[c].alias(c) for c in ("topic", "partition", "offset", "ts_ms", "key")),
+        )
         .join(committed, "txn_id")
     )
-    first_copy = Window.partitionBy("txn_id", "message_index").orderBy(
-        "topic", "partition", "offset"
-    )
-    firsts = records.withColumn("copy", F.row_number().over(first_copy)).filter("copy = 1")
     same_stream = Window.partitionBy("topic", "partition", "key", "decision_partition").orderBy(
         "offset"
     )
