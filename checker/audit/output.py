@@ -13,8 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame, Observation, Row
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Row
 
 from checker.audit.findings import FINDINGS
 from checker.audit.plots import histogram_png
@@ -54,15 +53,11 @@ class FindingOutput:
 def write_finding(
     name: str, frame: DataFrame, *, parquet_root: str, report_rows: int
 ) -> FindingOutput:
-    """Write one (cached) finding as Parquet, counting its rows in the same job, then take its
-    first rows for the report if it has any: one Spark job for an empty finding (most are), two
-    otherwise."""
-    path = f"{parquet_root.rstrip('/')}/{name}.parquet"
-    counted = Observation(f"audit-{name}")
-    observed = frame.observe(counted, F.count(F.lit(1)).alias("rows"))
-    observed.coalesce(1).write.mode("overwrite").parquet(path)
-    total = int(counted.get["rows"])
+    """Count one (cached) finding, take its first rows, write all of it as Parquet."""
+    total = frame.count()
     rows = [_plain(list(r)) for r in frame.limit(report_rows).collect()] if total else []
+    path = f"{parquet_root.rstrip('/')}/{name}.parquet"
+    frame.coalesce(1).write.mode("overwrite").parquet(path)
     return FindingOutput(name, FindingTable(frame.columns, rows, total), path)
 
 
