@@ -25,7 +25,12 @@ from collections.abc import Awaitable, Callable
 
 from confluent_kafka import Producer
 
-from outbox.errors import HalfSendError, KafkaOperationError, ProducerClosedError
+from outbox.errors import (
+    HalfSendError,
+    KafkaOperationError,
+    ProducerClosedError,
+    TopicMismatchError,
+)
 from outbox.half_sender import HalfBatch, HalfSender, PendingHalves
 from outbox.kafka_logging import log_to_python
 from outbox.metrics import ProducerMetrics
@@ -144,21 +149,41 @@ class KafkaIO:
         return await self.ops.send_async(op)
 
     def partitions(self) -> int:
-        """Partition count of the half topic, as the broker reports it."""
+        """Partition count of the half topic, as the broker reports it.
+
+        Raises:
+            KafkaOperationError: the half or op topic does not exist.
+            TopicMismatchError: they have different partition counts. A transaction's op goes
+                to the partition of its half records, and a relay or checker handles only the
+                partitions both topics have: transactions on the others would never be
+                promoted or checked (one of the topics grown by hand).
+        """
         self._check_open()
-        topic = self.settings.topics.half
+        names = self.settings.topics
         try:
             # All topics, not just ours: asking for one by name may auto-create it with 1 partition.
             metadata = self._p.list_topics(timeout=self.settings.send_timeout_s)
         except Exception as err:
-            raise HalfSendError(f"cannot read metadata of {topic}: {err}") from err
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None or not found.partitions:
-            raise KafkaOperationError(
-                f"internal topic {topic} does not exist; run outbox.ensure_topics(settings) "
-                "(or `outbox topics ensure`) first"
+            raise HalfSendError(f"cannot read metadata of {names.half}: {err}") from err
+        counts = {}
+        for topic in (names.half, names.op):
+            found = metadata.topics.get(topic)
+            if found is None or found.error is not None or not found.partitions:
+                raise KafkaOperationError(
+                    f"internal topic {topic} does not exist; run outbox.ensure_topics(settings) "
+                    "(or `kafka-outbox topics ensure`) first"
+                )
+            counts[topic] = len(found.partitions)
+        if counts[names.half] != counts[names.op]:
+            raise TopicMismatchError(
+                f"{names.half} has {counts[names.half]} partitions and {names.op} has "
+                f"{counts[names.op]}: they must be equal (a transaction's op goes to the "
+                "partition of its half records, and relays and checkers handle only the "
+                "partitions both topics have). The counts are fixed for good: start a fresh "
+                "topic_prefix and keep a relay and a checker on this one until "
+                '`kafka-outbox status` shows nothing pending (README "Topics"); nothing was sent'
             )
-        return len(found.partitions)
+        return counts[names.half]
 
     def _check_open(self) -> None:
         if self._closed.is_set():
