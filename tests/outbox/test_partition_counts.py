@@ -6,9 +6,8 @@ sending keeps the count it read, and everything it commits is delivered."""
 
 from __future__ import annotations
 
-import threading
-import time
 import uuid
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -24,12 +23,10 @@ from outbox import (
     TopicMismatchError,
     TransactionalProducer,
 )
-from outbox.protocol import Header
 from outbox.protocol.partitioning import partition_for
-from relay import Relay, RelaySettings
 from tests.kafka_helpers import add_partitions, unique, watermarks
-from tests.producer_fixtures import order_ids, orders
-from tests.relay.test_relay import read_topic
+from tests.pipeline import pipeline
+from tests.producer_fixtures import Topics, order_ids, orders
 
 pytestmark = pytest.mark.integration
 
@@ -50,53 +47,38 @@ class Committing:
         return LocalTransactionState.COMMIT
 
 
-def txn_ids_on(bootstrap: str, topic: str) -> list[str]:
-    """The transaction ids of the records a read_committed consumer sees on ``topic``."""
-    return [dict(m.headers())[Header.TXN_ID].decode() for m in read_topic(bootstrap, topic)]
-
-
 def test_a_new_producer_refuses_a_grown_half_topic_and_a_running_one_delivers_on_its_count(
     kafka_bootstrap: str,
     outbox_settings: OutboxSettings,
+    topics: Topics,
     session_factory: sessionmaker,
     engine: sa.Engine,
 ) -> None:
     names = outbox_settings.topics
-    topic = unique("grown")
     # keys the grown count puts on partitions only the half topic has
     keys = [k for k in (f"key-{i}".encode() for i in range(100)) if partition_for(k, GROWN) >= 3]
     keys = keys[:4]
+    attempted: list[str] = []
 
-    def order(producer: OutboxProducer, key: bytes) -> tuple[str, str]:
+    def order(producer: OutboxProducer, topic: str, key: bytes) -> str:
         order_id = f"order-{uuid.uuid4().hex[:12]}"
         attempted.append(order_id)
         with producer.transaction(session_factory) as txn:
             assert txn.session is not None
             txn.session.execute(orders.insert().values(id=order_id, amount=1))
             txn.send(topic, order_id, key=key)
-        return order_id, txn.txn_id
+        return order_id
 
-    attempted: list[str] = []
-    relay = Relay(
-        RelaySettings(
-            bootstrap_servers=kafka_bootstrap,
-            topic_prefix=outbox_settings.topic_prefix,
-            group_id=unique("relay"),
-            auto_create_topics=True,
-        )
-    )
-    thread = threading.Thread(target=relay.run, daemon=True)
-    thread.start()
-    delivered_ids: list[str] = []
-    try:
+    with pipeline(kafka_bootstrap, topics) as running_pipeline:
+        topic = running_pipeline.topic
         with OutboxProducer(outbox_settings) as running:
-            committed = [order(running, b"before")]
+            committed = [order(running, topic, b"before")]
             add_partitions(kafka_bootstrap, names.half, GROWN)
 
             with OutboxProducer(outbox_settings) as fresh:
                 for key in keys:
                     with pytest.raises(TopicMismatchError) as refused:
-                        order(fresh, key)
+                        order(fresh, topic, key)
                     message = str(refused.value)
                     assert f"{names.half} has {GROWN} partitions and {names.op} has 3" in message
                     assert "nothing was sent" in message
@@ -105,24 +87,16 @@ def test_a_new_producer_refuses_a_grown_half_topic_and_a_running_one_delivers_on
                 with pytest.raises(TopicMismatchError):
                     sender.send_message_in_transaction([Message(topic, b"x", key=keys[0])], 1)
                 assert listener.executed == []  # refused before the local transaction ran
-            refused_ids = set(attempted) - {order_id for order_id, _ in committed}
+            refused_ids = set(attempted) - set(committed)
 
             # the producer that was already sending keeps the count it read: partitions 0-2
-            committed += [order(running, key) for key in keys]
-        deadline = time.monotonic() + 60
-        while len(delivered_ids) < len(committed) and time.monotonic() < deadline:
-            time.sleep(0.5)
-            delivered_ids = txn_ids_on(kafka_bootstrap, topic)
-        time.sleep(1)  # anything more (a duplicate) would come now
-        delivered_ids = txn_ids_on(kafka_bootstrap, topic)
-    finally:
-        relay.close()
-        thread.join(30)
+            committed += [order(running, topic, key) for key in keys]
+        delivered = running_pipeline.settle(lambda: set(committed))
 
     assert len(refused_ids) == len(keys)
-    assert sorted(delivered_ids) == sorted(txn_id for _, txn_id in committed)
+    assert delivered == Counter(committed)
     stored = set(order_ids(engine))
-    assert {order_id for order_id, _ in committed} <= stored
+    assert set(committed) <= stored
     assert not refused_ids & stored
     consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique("marks")})
     try:
