@@ -6,15 +6,17 @@ sending keeps the count it read, and everything it commits is delivered."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import Counter
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import sessionmaker
 
+import outbox
 from outbox import (
     LocalTransactionState,
     Message,
@@ -25,6 +27,8 @@ from outbox import (
 )
 from outbox.protocol.partitioning import partition_for
 from tests.kafka_helpers import add_partitions, unique, watermarks
+from tests.outbox.test_asyncio import async_factory
+from tests.outbox.test_transactional_producer import Listener
 from tests.pipeline import pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
@@ -33,26 +37,13 @@ pytestmark = pytest.mark.integration
 GROWN = 6  # outbox_settings makes 3
 
 
-class Committing:
-    """A RocketMQ-style listener whose local transaction commits."""
-
-    def __init__(self) -> None:
-        self.executed: list[Any] = []
-
-    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
-        self.executed.append(arg)
-        return LocalTransactionState.COMMIT
-
-    def check_local_transaction(self, msg: Message) -> LocalTransactionState:
-        return LocalTransactionState.COMMIT
-
-
 def test_a_new_producer_refuses_a_grown_half_topic_and_a_running_one_delivers_on_its_count(
     kafka_bootstrap: str,
     outbox_settings: OutboxSettings,
     topics: Topics,
     session_factory: sessionmaker,
     engine: sa.Engine,
+    db_url: str,
 ) -> None:
     names = outbox_settings.topics
     # keys the grown count puts on partitions only the half topic has
@@ -82,18 +73,39 @@ def test_a_new_producer_refuses_a_grown_half_topic_and_a_running_one_delivers_on
                     message = str(refused.value)
                     assert f"{names.half} has {GROWN} partitions and {names.op} has 3" in message
                     assert "nothing was sent" in message
-                listener = Committing()
+                # the other forms read the count through the same call
+                listener = Listener(LocalTransactionState.COMMIT)
                 sender = TransactionalProducer(fresh, listener)
                 with pytest.raises(TopicMismatchError):
                     sender.send_message_in_transaction([Message(topic, b"x", key=keys[0])], 1)
                 assert listener.executed == []  # refused before the local transaction ran
+
+                @outbox.transactional(producer=fresh, session_factory=session_factory)
+                def place(order_id: str, session: sa.orm.Session = outbox.INJECTED) -> None:
+                    attempted.append(order_id)
+                    session.execute(orders.insert().values(id=order_id, amount=1))
+                    outbox.send(topic, order_id, key=keys[1])
+
+                with pytest.raises(TopicMismatchError):
+                    place(f"order-{uuid.uuid4().hex[:12]}")
+
+                async def place_async() -> None:
+                    order_id = f"order-{uuid.uuid4().hex[:12]}"
+                    attempted.append(order_id)
+                    async with async_factory(db_url) as factory, fresh.transaction(factory) as txn:
+                        assert isinstance(txn.session, AsyncSession)
+                        await txn.session.execute(orders.insert().values(id=order_id, amount=1))
+                        await txn.send(topic, order_id, key=keys[2])
+
+                with pytest.raises(TopicMismatchError):
+                    asyncio.run(place_async())
             refused_ids = set(attempted) - set(committed)
 
             # the producer that was already sending keeps the count it read: partitions 0-2
             committed += [order(running, topic, key) for key in keys]
         delivered = running_pipeline.settle(lambda: set(committed))
 
-    assert len(refused_ids) == len(keys)
+    assert len(refused_ids) == len(keys) + 2  # the context manager's, a decorated and an async one
     assert delivered == Counter(committed)
     stored = set(order_ids(engine))
     assert set(committed) <= stored
