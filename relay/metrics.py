@@ -4,7 +4,8 @@ the Kafka-transaction commit latency as a histogram.
 What to alert on: ``outbox_relay_oldest_pending_age_seconds`` growing past the checker's full
 check window (decisions are not arriving), ``outbox_relay_parked_transactions`` above 0 for long
 (a real topic is missing or refusing writes), any increase of ``outbox_relay_dead_lettered_total``
-or ``outbox_relay_conflicting_ops_total``, and ``outbox_relay_lag_records`` growing.
+or ``outbox_relay_conflicting_ops_total``, ``outbox_relay_lag_records`` growing, and
+``outbox_relay_unpaired_partitions`` above 0 (the half and op topics' partition counts differ).
 """
 
 from __future__ import annotations
@@ -104,6 +105,14 @@ class _Collector:
         yield pending
         yield held
         yield oldest
+        half, op = self.partitions.assigned
+        yield GaugeMetricFamily(
+            "outbox_relay_unpaired_partitions",
+            "Half or op partitions this instance was given without the same-numbered partition "
+            "of the other topic: the two topics' partition counts differ, and transactions on "
+            "an unpaired half partition are not promoted. Alert on any.",
+            value=len(half ^ op),
+        )
         yield GaugeMetricFamily(
             "outbox_relay_parked_transactions",
             "Committed transactions waiting for their real topic (missing or refusing writes).",

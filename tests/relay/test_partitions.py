@@ -6,11 +6,12 @@ import time
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from outbox.protocol import OpState
 from relay import RelaySettings
 from relay.flow_control import FlowControl
-from tests.kafka_helpers import create_topic, set_topic_config, unique
+from tests.kafka_helpers import add_partitions, create_topic, set_topic_config, unique
 from tests.relay.harness import wait_for
 from tests.relay.test_relay import RelayThread, Stream, delivered, expected, read_topic
 
@@ -263,3 +264,39 @@ def test_partitions_given_back_after_a_rebalance_keep_their_state_and_deliver_on
             second.stop()
     finally:
         first.stop()
+
+
+def unpaired(relay: RelayThread) -> float:
+    """The relay's ``outbox_relay_unpaired_partitions``, as a scrape reads it."""
+    text = relay.relay.metrics.render().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "outbox_relay_unpaired_partitions":
+            return float(family.samples[0].value)
+    raise AssertionError("outbox_relay_unpaired_partitions is not exported")
+
+
+def test_op_partitions_grown_alone_show_as_unpaired_until_the_half_topic_matches(
+    kafka_bootstrap: str,
+) -> None:
+    stream = Stream(kafka_bootstrap, unique("__outbox-unpaired"))
+    topics = stream.settings.topics
+    # metadata read every second, so the relay sees grown topics at once, not in 5 minutes
+    relay = relay_on(stream, kafka={"topic.metadata.refresh.interval.ms": 1000})
+    try:
+        wait_for(lambda: relay.relay.assigned[0], 60, "the relay's partitions")
+        assert unpaired(relay) == 0
+        # When an operator grows the op topic alone, the relay holds op 3-5 without a pair,
+        # and its metric (which alert OutboxUnpairedPartitions reads) says so
+        add_partitions(kafka_bootstrap, topics.op, 6)
+        wait_for(lambda: unpaired(relay) == 3, 60, "three unpaired op partitions")
+        assert relay.relay.assigned == (frozenset(range(3)), frozenset(range(6)))
+        # and the half partitions it still pairs go on being promoted
+        stream.write([(f"k{i}".encode(), 1, OpState.COMMIT) for i in range(6)])
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "all")
+        # When the half topic is grown to match, every partition pairs again
+        add_partitions(kafka_bootstrap, topics.half, 6)
+        wait_for(lambda: unpaired(relay) == 0, 60, "every partition paired")
+        assert relay.relay.assigned == (frozenset(range(6)), frozenset(range(6)))
+        assert list(delivered(kafka_bootstrap, stream).values()) == [1] * 6
+    finally:
+        relay.stop()
