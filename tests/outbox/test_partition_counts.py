@@ -18,6 +18,7 @@ from sqlalchemy.orm import sessionmaker
 
 import outbox
 from outbox import (
+    AsyncTransactionalProducer,
     LocalTransactionState,
     Message,
     OutboxProducer,
@@ -99,6 +100,17 @@ def test_a_new_producer_refuses_a_grown_half_topic_and_a_running_one_delivers_on
 
                 with pytest.raises(TopicMismatchError):
                     asyncio.run(place_async())
+            # the asyncio RocketMQ form too (a producer has one listener: a producer of its own)
+            with OutboxProducer(outbox_settings) as fresh_async:
+                async_listener = Listener(LocalTransactionState.COMMIT)
+                async_sender = AsyncTransactionalProducer(fresh_async, async_listener)
+                with pytest.raises(TopicMismatchError):
+                    asyncio.run(
+                        async_sender.send_message_in_transaction(
+                            Message(topic, b"x", key=keys[3]), 1
+                        )
+                    )
+                assert async_listener.executed == []
             refused_ids = set(attempted) - set(committed)
 
             # the producer that was already sending keeps the count it read: partitions 0-2
