@@ -1,4 +1,5 @@
-"""Relay instances sharing partitions, and real topics that do not exist (yet)."""
+"""Relay instances sharing partitions, half and op topics whose partition counts differ, and real
+topics that do not exist (yet)."""
 
 from __future__ import annotations
 
