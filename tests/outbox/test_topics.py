@@ -1,17 +1,24 @@
 """``ensure_topics`` on a real broker: the op topic is created bounded by its retention, and an
 existing one that is not (the old ``compact`` alone, or kept for less than the half records it
-decides) is refused with the command that fixes it in place."""
+decides) is refused with the command that fixes it in place; a producer on internal topics nobody
+ensured refuses its transactions before anything is sent or committed."""
 
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
+import sqlalchemy as sa
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
+from sqlalchemy.orm import sessionmaker
 
-from outbox import OutboxSettings, TopicMismatchError, ensure_topics
+from outbox import OutboxProducer, OutboxSettings, TopicMismatchError, ensure_topics
+from outbox.errors import KafkaOperationError
 from outbox.protocol import TopicNames
-from tests.kafka_helpers import create_topic, set_topic_config, unique
+from tests.kafka_helpers import create_topic, set_topic_config, unique, watermarks
+from tests.producer_fixtures import order_ids, orders
 
 pytestmark = pytest.mark.integration
 
@@ -150,3 +157,56 @@ def test_ensure_topics_refuses_an_op_retention_shorter_than_its_compaction_lag(
         f"min.compaction.lag.ms={7 * DAY_MS} (the audit window)"
     ) in message
     assert f"fix: {fix_command(kafka_bootstrap, names.op, 14 * DAY_MS)}" in message
+
+
+def test_a_producer_on_internal_topics_never_ensured_refuses_before_sending_or_committing(
+    kafka_bootstrap: str, session_factory: sessionmaker, engine: sa.Engine
+) -> None:
+    # Given a prefix nobody ran `topics ensure` for (the broker would auto-create a topic a
+    # client produces to, with its own defaults)
+    settings = OutboxSettings(
+        bootstrap_servers=kafka_bootstrap,
+        producer_group="orders",
+        topic_prefix=unique("__outbox-never-ensured"),
+        partitions=3,
+        send_timeout_s=5,
+    )
+    names = settings.topics
+    real = unique("never-ensured-orders")
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    attempted: list[str] = []
+
+    def order(producer: OutboxProducer) -> None:
+        order_id = f"order-{uuid.uuid4().hex[:12]}"
+        attempted.append(order_id)
+        with producer.transaction(session_factory) as txn:
+            assert txn.session is not None
+            txn.session.execute(orders.insert().values(id=order_id, amount=1))
+            txn.send(real, order_id, key=order_id)
+
+    with OutboxProducer(settings) as producer:
+        # When a transaction runs, it is refused, naming the missing topic and the fix
+        with pytest.raises(KafkaOperationError) as refused:
+            order(producer)
+        assert f"internal topic {names.half} does not exist" in str(refused.value)
+        assert "kafka-outbox topics ensure" in str(refused.value)
+        # and with the half topic made by hand but no op topic, the op topic is named
+        create_topic(kafka_bootstrap, names.half, partitions=3)
+        deadline = time.monotonic() + 30
+        while names.half not in admin.list_topics(timeout=10).topics:  # all: no auto-creation
+            assert time.monotonic() < deadline, f"{names.half} never showed in the metadata"
+            time.sleep(0.1)
+        with pytest.raises(KafkaOperationError, match=f"internal topic {names.op} does not exist"):
+            order(producer)
+
+    # Then neither order was committed, no record was sent, and no topic was auto-created
+    assert len(attempted) == 2
+    assert not set(attempted) & set(order_ids(engine))
+    existing = admin.list_topics(timeout=10).topics
+    assert names.op not in existing and real not in existing
+    consumer = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": unique("marks")})
+    try:
+        marks = [watermarks(consumer, TopicPartition(names.half, p)) for p in range(3)]
+    finally:
+        consumer.close()
+    assert marks == [(0, 0)] * 3
