@@ -19,6 +19,12 @@ def test_local_sessions_use_the_measured_plan_and_heap_settings() -> None:
     assert settings["spark.driver.memory"].endswith("g")
     assert "-XX:+UseParallelGC" in settings["spark.driver.extraJavaOptions"]
     assert "log4j2.configurationFile" in settings["spark.driver.extraJavaOptions"]
+    assert settings["spark.ui.enabled"] == "false"  # a user's --conf brings it back
+
+
+def test_a_user_can_have_the_web_ui_back() -> None:
+    merged = merge_settings(local_defaults(), {"spark.ui.enabled": "true"})
+    assert merged["spark.ui.enabled"] == "true"
 
 
 JAVA = "spark.driver.extraJavaOptions"
