@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -24,10 +25,10 @@ orders = sa.Table(
 )
 
 
-@pytest.fixture
-def outbox_settings(kafka_bootstrap: str) -> OutboxSettings:
-    settings = OutboxSettings(
-        bootstrap_servers=kafka_bootstrap,
+def settings_on_a_fresh_prefix(bootstrap: str) -> OutboxSettings:
+    """The tests' producer settings under a prefix of their own, whose topics nobody made yet."""
+    return OutboxSettings(
+        bootstrap_servers=bootstrap,
         producer_group="orders",
         topic_prefix=unique("__outbox-test"),
         partitions=3,
@@ -37,6 +38,11 @@ def outbox_settings(kafka_bootstrap: str) -> OutboxSettings:
         # (tested on its own) would leave that a race
         wait_for_op=True,
     )
+
+
+@pytest.fixture
+def outbox_settings(kafka_bootstrap: str) -> OutboxSettings:
+    settings = settings_on_a_fresh_prefix(kafka_bootstrap)
     ensure_topics(settings)
     return settings
 
@@ -130,6 +136,24 @@ class Topics:
 @pytest.fixture
 def topics(kafka_bootstrap: str, outbox_settings: OutboxSettings) -> Topics:
     return Topics(kafka_bootstrap, outbox_settings)
+
+
+def place_order(
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    topic: str,
+    key: bytes | str,
+    attempted: list[str],
+) -> str:
+    """One order row and its message to ``topic`` in one transaction (the context manager); the
+    order's id goes into ``attempted`` before the transaction opens, whatever it then raises."""
+    order_id = f"order-{uuid.uuid4().hex[:12]}"
+    attempted.append(order_id)
+    with producer.transaction(session_factory) as txn:
+        assert txn.session is not None
+        txn.session.execute(orders.insert().values(id=order_id, amount=1))
+        txn.send(topic, order_id, key=key)
+    return order_id
 
 
 def order_ids(engine: sa.Engine) -> list[str]:

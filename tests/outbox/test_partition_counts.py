@@ -31,7 +31,7 @@ from tests.kafka_helpers import add_partitions, unique, watermarks
 from tests.outbox.test_asyncio import async_factory
 from tests.outbox.test_transactional_producer import Listener
 from tests.pipeline import pipeline
-from tests.producer_fixtures import Topics, order_ids, orders
+from tests.producer_fixtures import Topics, order_ids, orders, place_order
 
 pytestmark = pytest.mark.integration
 
@@ -53,13 +53,7 @@ def test_a_new_producer_refuses_a_grown_half_topic_and_a_running_one_delivers_on
     attempted: list[str] = []
 
     def order(producer: OutboxProducer, topic: str, key: bytes) -> str:
-        order_id = f"order-{uuid.uuid4().hex[:12]}"
-        attempted.append(order_id)
-        with producer.transaction(session_factory) as txn:
-            assert txn.session is not None
-            txn.session.execute(orders.insert().values(id=order_id, amount=1))
-            txn.send(topic, order_id, key=key)
-        return order_id
+        return place_order(producer, session_factory, topic, key, attempted)
 
     with pipeline(kafka_bootstrap, topics) as running_pipeline:
         topic = running_pipeline.topic

@@ -6,7 +6,6 @@ ensured refuses its transactions before anything is sent or committed."""
 from __future__ import annotations
 
 import time
-import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -18,7 +17,7 @@ from outbox import OutboxProducer, OutboxSettings, TopicMismatchError, ensure_to
 from outbox.errors import KafkaOperationError
 from outbox.protocol import TopicNames
 from tests.kafka_helpers import create_topic, set_topic_config, unique, watermarks
-from tests.producer_fixtures import order_ids, orders
+from tests.producer_fixtures import order_ids, place_order, settings_on_a_fresh_prefix
 
 pytestmark = pytest.mark.integration
 
@@ -164,25 +163,14 @@ def test_a_producer_on_internal_topics_never_ensured_refuses_before_sending_or_c
 ) -> None:
     # Given a prefix nobody ran `topics ensure` for (the broker would auto-create a topic a
     # client produces to, with its own defaults)
-    settings = OutboxSettings(
-        bootstrap_servers=kafka_bootstrap,
-        producer_group="orders",
-        topic_prefix=unique("__outbox-never-ensured"),
-        partitions=3,
-        send_timeout_s=5,
-    )
+    settings = settings_on_a_fresh_prefix(kafka_bootstrap)
     names = settings.topics
     real = unique("never-ensured-orders")
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     attempted: list[str] = []
 
     def order(producer: OutboxProducer) -> None:
-        order_id = f"order-{uuid.uuid4().hex[:12]}"
-        attempted.append(order_id)
-        with producer.transaction(session_factory) as txn:
-            assert txn.session is not None
-            txn.session.execute(orders.insert().values(id=order_id, amount=1))
-            txn.send(real, order_id, key=order_id)
+        place_order(producer, session_factory, real, "same-key", attempted)
 
     with OutboxProducer(settings) as producer:
         # When a transaction runs, it is refused, naming the missing topic and the fix
