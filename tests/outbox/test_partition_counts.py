@@ -6,32 +6,23 @@ sending keeps the count it read, and everything it commits is delivered."""
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from collections import Counter
 
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import sessionmaker
 
-import outbox
 from outbox import (
-    AsyncTransactionalProducer,
-    LocalTransactionState,
-    Message,
     OutboxProducer,
     OutboxSettings,
     TopicMismatchError,
-    TransactionalProducer,
 )
 from outbox.protocol.partitioning import partition_for
 from tests.kafka_helpers import add_partitions, unique, watermarks
-from tests.outbox.test_asyncio import async_factory
-from tests.outbox.test_transactional_producer import Listener
+from tests.outbox.forms import refused_in_every_other_form
 from tests.pipeline import pipeline
-from tests.producer_fixtures import Topics, order_ids, orders, place_order
+from tests.producer_fixtures import Topics, order_ids, place_order
 
 pytestmark = pytest.mark.integration
 
@@ -69,42 +60,16 @@ def test_a_new_producer_refuses_a_grown_half_topic_and_a_running_one_delivers_on
                     assert f"{names.half} has {GROWN} partitions and {names.op} has 3" in message
                     assert "nothing was sent" in message
                 # the other forms read the count through the same call
-                listener = Listener(LocalTransactionState.COMMIT)
-                sender = TransactionalProducer(fresh, listener)
-                with pytest.raises(TopicMismatchError):
-                    sender.send_message_in_transaction([Message(topic, b"x", key=keys[0])], 1)
-                assert listener.executed == []  # refused before the local transaction ran
-
-                @outbox.transactional(producer=fresh, session_factory=session_factory)
-                def place(order_id: str, session: sa.orm.Session = outbox.INJECTED) -> None:
-                    attempted.append(order_id)
-                    session.execute(orders.insert().values(id=order_id, amount=1))
-                    outbox.send(topic, order_id, key=keys[1])
-
-                with pytest.raises(TopicMismatchError):
-                    place(f"order-{uuid.uuid4().hex[:12]}")
-
-                async def place_async() -> None:
-                    order_id = f"order-{uuid.uuid4().hex[:12]}"
-                    attempted.append(order_id)
-                    async with async_factory(db_url) as factory, fresh.transaction(factory) as txn:
-                        assert isinstance(txn.session, AsyncSession)
-                        await txn.session.execute(orders.insert().values(id=order_id, amount=1))
-                        await txn.send(topic, order_id, key=keys[2])
-
-                with pytest.raises(TopicMismatchError):
-                    asyncio.run(place_async())
-            # the asyncio RocketMQ form too (a producer has one listener: a producer of its own)
-            with OutboxProducer(outbox_settings) as fresh_async:
-                async_listener = Listener(LocalTransactionState.COMMIT)
-                async_sender = AsyncTransactionalProducer(fresh_async, async_listener)
-                with pytest.raises(TopicMismatchError):
-                    asyncio.run(
-                        async_sender.send_message_in_transaction(
-                            Message(topic, b"x", key=keys[3]), 1
-                        )
-                    )
-                assert async_listener.executed == []
+                refused_in_every_other_form(
+                    fresh,
+                    outbox_settings,
+                    session_factory,
+                    db_url,
+                    topic,
+                    keys,
+                    attempted,
+                    TopicMismatchError,
+                )
             refused_ids = set(attempted) - set(committed)
 
             # the producer that was already sending keeps the count it read: partitions 0-2

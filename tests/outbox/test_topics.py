@@ -1,7 +1,7 @@
 """``ensure_topics`` on a real broker: the op topic is created bounded by its retention, and an
 existing one that is not (the old ``compact`` alone, or kept for less than the half records it
 decides) is refused with the command that fixes it in place; a producer on internal topics nobody
-ensured refuses its transactions before anything is sent or committed."""
+ensured refuses its transactions, in every public form, before anything is sent or committed."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from outbox import OutboxProducer, OutboxSettings, TopicMismatchError, ensure_to
 from outbox.errors import KafkaOperationError
 from outbox.protocol import TopicNames
 from tests.kafka_helpers import create_topic, set_topic_config, unique, watermarks
+from tests.outbox.forms import refused_in_every_other_form
 from tests.producer_fixtures import order_ids, place_order, settings_on_a_fresh_prefix
 
 pytestmark = pytest.mark.integration
@@ -159,7 +160,7 @@ def test_ensure_topics_refuses_an_op_retention_shorter_than_its_compaction_lag(
 
 
 def test_a_producer_on_internal_topics_never_ensured_refuses_before_sending_or_committing(
-    kafka_bootstrap: str, session_factory: sessionmaker, engine: sa.Engine
+    kafka_bootstrap: str, session_factory: sessionmaker, engine: sa.Engine, db_url: str
 ) -> None:
     # Given a prefix nobody ran `topics ensure` for (the broker would auto-create a topic a
     # client produces to, with its own defaults)
@@ -178,6 +179,18 @@ def test_a_producer_on_internal_topics_never_ensured_refuses_before_sending_or_c
             order(producer)
         assert f"internal topic {names.half} does not exist" in str(refused.value)
         assert "kafka-outbox topics ensure" in str(refused.value)
+        # in every other form too
+        refused_in_every_other_form(
+            producer,
+            settings,
+            session_factory,
+            db_url,
+            real,
+            [b"k0", b"k1", b"k2", b"k3"],
+            attempted,
+            KafkaOperationError,
+            match=f"internal topic {names.half} does not exist",
+        )
         # and with the half topic made by hand but no op topic, the op topic is named
         create_topic(kafka_bootstrap, names.half, partitions=3)
         deadline = time.monotonic() + 30
@@ -187,8 +200,8 @@ def test_a_producer_on_internal_topics_never_ensured_refuses_before_sending_or_c
         with pytest.raises(KafkaOperationError, match=f"internal topic {names.op} does not exist"):
             order(producer)
 
-    # Then neither order was committed, no record was sent, and no topic was auto-created
-    assert len(attempted) == 2
+    # Then no order was committed, no record was sent, and no topic was auto-created
+    assert len(attempted) == 4  # the context manager twice, the decorator, asyncio
     assert not set(attempted) & set(order_ids(engine))
     existing = admin.list_topics(timeout=10).topics
     assert names.op not in existing and real not in existing
