@@ -16,7 +16,7 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import sqlalchemy as sa
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy.orm import sessionmaker
 
@@ -165,7 +165,10 @@ class Reader:
                 "topic.metadata.refresh.interval.ms": 1000,
             }
         )
-        self._consumer.subscribe([topic])
+        # Kept by the reading thread's rebalance callbacks: the consumer's own assignment()
+        # called from another thread blocks while this one is in consume()
+        self._assigned: set[int] = set()
+        self._consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="reader", daemon=True)
         self._thread.start()
@@ -191,6 +194,19 @@ class Reader:
             if began.get(value.rsplit("/", 1)[0], 0.0) > since
         ]
         return min(times) if times else None
+
+    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._lock:
+            self._assigned |= {tp.partition for tp in partitions}
+
+    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        with self._lock:
+            self._assigned -= {tp.partition for tp in partitions}
+
+    def assignment(self) -> list[int]:
+        """The partitions its consumer was last assigned (none: its group never gave it any)."""
+        with self._lock:
+            return sorted(self._assigned)
 
     def stop(self) -> None:
         self._stop.set()

@@ -110,29 +110,46 @@ def dead_lettering(log: Path) -> str:
     return "\n".join(line for line in lines if "dead-letter" in line) or "none"
 
 
+def warnings(log: Path, last: int = 20) -> str:
+    """A service log's last warnings and errors (a Kafka call retried, a session restarted):
+    what a stalled service was retrying before its stacks were taken."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    levels = (" WARNING ", " ERROR ", " CRITICAL ")
+    return "\n".join([line for line in lines if any(x in line for x in levels)][-last:]) or "none"
+
+
 def stall_report(
     err: AssertionError,
+    bootstrap: str,
     load: OrderLoad,
     reader: Reader,
     relays: list[RelayProcess],
     checkers: list[CheckerProcess],
 ) -> str:
-    """What a timed-out wait leaves to read: the load's failures, the messages not read, and
-    each relay's and checker's metrics and threads' stacks at that moment."""
+    """What a timed-out wait leaves to read: the load's failures, the messages not read, what
+    a fresh read of the topic misses at that moment (if the same, the pipeline stalled; if
+    not, the reader did), and each relay's and checker's metrics and threads' stacks."""
     load.stop()
+    reader_state = (
+        f"the reader holds partitions {reader.assignment()}; a fresh read_committed read of "
+        f"the topic now misses: {unread(bootstrap, load)}"
+    )
     relay_states = "\n".join(
         f"{relay.name} metrics:\n{relay.metrics()}\n{relay.name} stacks:\n{relay.stacks()}\n"
-        f"{relay.name} dead letters:\n{dead_lettering(relay.log)}"
+        f"{relay.name} dead letters:\n{dead_lettering(relay.log)}\n"
+        f"{relay.name} last warnings:\n{warnings(relay.log)}"
         for relay in relays
     )
     checker_states = "\n".join(
         f"checker-{i} (stuck exits: {checker.stuck_exits}) metrics:\n{checker.metrics()}\n"
-        f"checker-{i} stacks:\n{checker.stacks()}"
+        f"checker-{i} stacks:\n{checker.stacks()}\n"
+        f"checker-{i} last warnings:\n{warnings(checker.log)}"
         for i, checker in enumerate(checkers)
     )
     return (
         f"{err}; producer failures {dict(load.failures)}; "
-        f"{missing(load, reader, load.committed())}\n{relay_states}\n{checker_states}"
+        f"{missing(load, reader, load.committed())}\n{reader_state}\n{relay_states}\n"
+        f"{checker_states}"
     )
 
 
@@ -214,7 +231,7 @@ def test_brokers_killed_and_restarted_under_load_lose_and_repeat_nothing(
         # A wait timed out. Fail after the final read and the audit, which say whether the
         # messages are on the topic (the reader missed them) or not (the pipeline did), and
         # with what the relays were doing then
-        stalled = stall_report(err, load, reader, relays, checkers)
+        stalled = stall_report(err, cluster.bootstrap, load, reader, relays, checkers)
     finally:
         load.stop()
         for service in (*relays, *checkers):
