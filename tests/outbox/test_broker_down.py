@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +80,110 @@ def test_a_half_send_never_acknowledged_commits_nothing(
     assert txn_id not in evidence_ids(engine)
 
 
+PAUSE_S = 3.0
+
+
+@contextmanager
+def pausable_broker(harness_settings: HarnessSettings, workdir: Path) -> Iterator[KafkaProcess]:
+    """A broker process of the test's own, which :func:`paused` can freeze."""
+    broker = KafkaProcess(harness_settings, workdir=workdir)
+    broker.format()
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def late_settings(broker: KafkaProcess) -> OutboxSettings:
+    """Settings that wait out a paused broker (30 s per send) and for the op's acknowledgement,
+    on fresh topics."""
+    settings = OutboxSettings(
+        bootstrap_servers=broker.bootstrap,
+        producer_group="orders",
+        topic_prefix=unique("__outbox-late"),
+        partitions=2,
+        send_timeout_s=30,
+        wait_for_op=True,
+    )
+    ensure_topics(settings)
+    return settings
+
+
+@contextmanager
+def paused(broker: KafkaProcess, pause_s: float = PAUSE_S) -> Iterator[float]:
+    """The broker stops answering (SIGSTOP: connections stay open) for ``pause_s``; yields
+    when it was paused. On leaving, waits until it answers again."""
+    assert broker.proc is not None
+    freeze(broker.proc.pid)  # every thread stopped, not only signalled
+    at = time.monotonic()
+    resume = threading.Timer(pause_s, thaw, (broker.proc.pid,))
+    resume.start()
+    try:
+        yield at
+    finally:
+        resume.join()
+        thaw(broker.proc.pid)
+
+
+@contextmanager
+def commits_of(target: Any) -> Iterator[list[float]]:
+    """When each session of ``target`` (a sessionmaker, or a Session class: an
+    ``async_sessionmaker``'s ``sync_session_class``) committed."""
+    commits: list[float] = []
+
+    def committed(session: Any) -> None:
+        commits.append(time.monotonic())
+
+    sa.event.listen(target, "after_commit", committed)
+    try:
+        yield commits
+    finally:
+        sa.event.remove(target, "after_commit", committed)
+
+
+def assert_held_until_acknowledged(
+    events: list[tuple[str, float]],
+    commits: list[float],
+    paused_at: float,
+    returned: float,
+    send_waits: bool,
+) -> None:
+    """The database committed, and the call returned, only after the broker answered; where
+    the send itself waits (``send_waits``: SQLite, and asyncio everywhere) the code after it
+    ran only then, elsewhere it ran while the record travelled. ``events``: the warm-up's two,
+    then the paused transaction's "after the send" and "written, acknowledged: ..."."""
+    assert commits[-1] - paused_at >= PAUSE_S - 0.1, (commits, paused_at)
+    assert returned - paused_at >= PAUSE_S - 0.1, events
+    after_send = events[2][1] - paused_at
+    if send_waits:
+        assert after_send >= PAUSE_S - 0.1, events
+        assert events[3][0] == "written, acknowledged: True", events
+    else:
+        assert after_send < PAUSE_S / 2, events
+        assert events[3][0] == "written, acknowledged: False", events
+
+
+def assert_committed_and_delivered_once(
+    broker: KafkaProcess,
+    settings: OutboxSettings,
+    engine: sa.Engine,
+    topic: str,
+    order_id: str,
+    txn_id: str,
+) -> None:
+    """The order and its evidence row committed, the COMMIT op names the half record, and a
+    ``read_committed`` consumer of the real topic gets the message once."""
+    assert order_id in order_ids(engine)
+    assert evidence_ids(engine).get(txn_id) == "evidence"
+    topics = Topics(broker.bootstrap, settings)
+    [half] = [h for h in topics.halves() if h.txn_id == txn_id]
+    [op] = [o for o in topics.ops() if o.txn_id == txn_id]
+    assert op.state is OpState.COMMIT and op.half_offsets == (half.offset,), op
+    values = delivered_once(broker.bootstrap, settings.topic_prefix, topic, txn_id, count=1)
+    assert values == [order_id.encode()]
+
+
 def test_a_late_acknowledgement_holds_the_commit_until_it_comes(
     harness_settings: HarnessSettings,
     tmp_path: Path,
@@ -85,30 +191,15 @@ def test_a_late_acknowledgement_holds_the_commit_until_it_comes(
     engine: sa.Engine,
     db_url: str,
 ) -> None:
-    broker = KafkaProcess(harness_settings, workdir=tmp_path)
-    broker.format()
-    broker.start()
-    try:
-        settings = OutboxSettings(
-            bootstrap_servers=broker.bootstrap,
-            producer_group="orders",
-            topic_prefix=unique("__outbox-late"),
-            partitions=2,
-            send_timeout_s=30,
-            wait_for_op=True,
-        )
-        ensure_topics(settings)
+    with pausable_broker(harness_settings, tmp_path) as broker:
+        settings = late_settings(broker)
         topic = unique("orders")
         order_id = f"order-{uuid.uuid4().hex[:12]}"
-        pause_s = 3.0
         events: list[tuple[str, float]] = []
-        commits: list[float] = []
-
-        def committed(session: Any) -> None:
-            commits.append(time.monotonic())
-
-        sa.event.listen(session_factory, "after_commit", committed)
-        with OutboxProducer(settings) as producer:
+        with (
+            commits_of(session_factory) as commits,
+            OutboxProducer(settings) as producer,
+        ):
 
             @outbox.transactional(producer=producer, session_factory=session_factory)
             def place(to: str, value: str, *, session: Any) -> str:
@@ -120,44 +211,17 @@ def test_a_late_acknowledgement_holds_the_commit_until_it_comes(
                 return txn.txn_id
 
             place(unique("warm-up"), order_id + "-warm")  # the producer has its producer id
-            # Given a broker that stops answering for a while (SIGSTOP: connections stay open)
-            assert broker.proc is not None
-            freeze(broker.proc.pid)  # every thread stopped, not only signalled
-            paused = time.monotonic()
-            resume = threading.Timer(pause_s, thaw, (broker.proc.pid,))
-            resume.start()
-            try:
+            # Given a broker that stops answering for a while
+            with paused(broker) as paused_at:
                 # When a transaction sends and writes meanwhile
                 txn_id = place(topic, order_id)
                 returned = time.monotonic()
-            finally:
-                resume.join()
-                thaw(broker.proc.pid)
-        sa.event.remove(session_factory, "after_commit", committed)
         # Then the database committed, and the call returned, only after the broker answered
-        assert commits[-1] - paused >= pause_s - 0.1, (commits, paused)
-        assert returned - paused >= pause_s - 0.1, events
-        after_send = events[2][1] - paused
-        if db_url.startswith("sqlite"):
-            # SQLite's send waited for the acknowledgement before the code went on
-            assert after_send >= pause_s - 0.1, events
-            assert events[3][0] == "written, acknowledged: True", events
-        else:
-            # PostgreSQL's code ran while the record travelled; the COMMIT waited
-            assert after_send < pause_s / 2, events
-            assert events[3][0] == "written, acknowledged: False", events
-        # And everything committed, and the COMMIT op names the half record
-        assert order_id in order_ids(engine)
-        assert evidence_ids(engine).get(txn_id) == "evidence"
-        topics = Topics(broker.bootstrap, settings)
-        [half] = [h for h in topics.halves() if h.txn_id == txn_id]
-        [op] = [o for o in topics.ops() if o.txn_id == txn_id]
-        assert op.state is OpState.COMMIT and op.half_offsets == (half.offset,), op
-        # And a read_committed consumer of the real topic gets the message once
-        values = delivered_once(broker.bootstrap, settings.topic_prefix, topic, txn_id, count=1)
-        assert values == [order_id.encode()]
-    finally:
-        broker.stop()
+        assert_held_until_acknowledged(
+            events, commits, paused_at, returned, send_waits=db_url.startswith("sqlite")
+        )
+        # And everything committed, the COMMIT op names the half record, delivered once
+        assert_committed_and_delivered_once(broker, settings, engine, topic, order_id, txn_id)
 
 
 def test_code_raising_while_its_send_travels_to_a_stopped_broker_gets_its_own_error_back(
