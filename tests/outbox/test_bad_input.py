@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import sessionmaker
 
 import outbox
 from outbox import OutboxProducer, OutboxSettings
+from tests.outbox.test_asyncio import async_factory
 from tests.producer_fixtures import Topics, order_ids, orders
 
 pytestmark = pytest.mark.integration
@@ -43,6 +46,7 @@ def small_producer(outbox_settings: OutboxSettings) -> Any:
         yield producer
 
 
+@pytest.mark.parametrize("form", ["def", "async def"])
 @pytest.mark.parametrize(
     ("case", "change", "error", "message"), BAD_SENDS, ids=[c[0] for c in BAD_SENDS]
 )
@@ -50,24 +54,42 @@ def test_bad_send_raises_its_own_error_and_sends_and_stores_nothing(
     small_producer: OutboxProducer,
     session_factory: sessionmaker,
     engine: sa.Engine,
+    db_url: str,
     topics: Topics,
     case: str,
     change: dict[str, Any],
     error: type[Exception],
     message: str,
+    form: str,
 ) -> None:
     order_id = f"order-{uuid.uuid4().hex[:12]}"
     args: dict[str, Any] = {"topic": "orders", "value": b"ok", "key": "k"} | change
     if isinstance(args["topic"], str):
         args["topic"] = args["topic"].replace("{prefix}", small_producer.settings.topic_prefix)
 
-    @outbox.transactional(producer=small_producer, session_factory=session_factory)
-    def place(*, session: Any) -> None:
-        session.execute(orders.insert().values(id=order_id, amount=1))
-        outbox.send(**args)
+    if form == "def":
 
-    with pytest.raises(error, match=message):
-        place()
+        @outbox.transactional(producer=small_producer, session_factory=session_factory)
+        def place(*, session: Any) -> None:
+            session.execute(orders.insert().values(id=order_id, amount=1))
+            outbox.send(**args)
+
+        with pytest.raises(error, match=message):
+            place()
+    else:
+
+        async def place_async() -> None:
+            async with async_factory(db_url) as factory:
+
+                @outbox.transactional(producer=small_producer, session_factory=factory)
+                async def place(*, session: AsyncSession) -> None:
+                    await session.execute(orders.insert().values(id=order_id, amount=1))
+                    await outbox.send(**args)
+
+                await place()
+
+        with pytest.raises(error, match=message):
+            asyncio.run(place_async())
     assert order_id not in order_ids(engine)
     assert topics.halves() == []
     assert topics.ops() == []
