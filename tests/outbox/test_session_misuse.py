@@ -126,22 +126,33 @@ def commit_before_any_send(s: Session, send: Callable[[str], None], ids: list[st
     _insert(s, ids[1])
 
 
-SCENARIOS = {
-    "rollback after send": Scenario(rollback_after_send, SendRolledBackError),
-    "savepoint holding the first send rolled back": Scenario(
-        savepoint_with_first_send_rolled_back, SendRolledBackError
-    ),
-    "savepoint holding a later send rolled back": Scenario(
-        savepoint_with_a_later_send_rolled_back, SendRolledBackError
-    ),
-    "savepoint without a send rolled back": Scenario(savepoint_without_a_send_rolled_back, None),
-    "close after send": Scenario(close_after_send, SendRolledBackError),
-    "commit inside": Scenario(commit_inside, CommitInsideTransactionError),
+#: What each scenario raises (None: it commits), in every form: the asyncio forms'
+#: (:mod:`tests.outbox.test_session_misuse_async`) run the same scenarios to the same ends.
+OUTCOMES: dict[str, type[Exception] | None] = {
+    "rollback after send": SendRolledBackError,
+    "savepoint holding the first send rolled back": SendRolledBackError,
+    "savepoint holding a later send rolled back": SendRolledBackError,
+    "savepoint without a send rolled back": None,
+    "close after send": SendRolledBackError,
+    "commit inside": CommitInsideTransactionError,
     # the user's own exception propagates; the transaction rolled back all the same
-    "commit inside, then raise": Scenario(commit_inside_then_raise, Declined),
-    "commit inside, error swallowed": Scenario(commit_inside_caught, CommitInsideTransactionError),
-    "commit before any send": Scenario(commit_before_any_send, CommitInsideTransactionError),
+    "commit inside, then raise": Declined,
+    "commit inside, error swallowed": CommitInsideTransactionError,
+    "commit before any send": CommitInsideTransactionError,
 }
+
+BODIES = {
+    "rollback after send": rollback_after_send,
+    "savepoint holding the first send rolled back": savepoint_with_first_send_rolled_back,
+    "savepoint holding a later send rolled back": savepoint_with_a_later_send_rolled_back,
+    "savepoint without a send rolled back": savepoint_without_a_send_rolled_back,
+    "close after send": close_after_send,
+    "commit inside": commit_inside,
+    "commit inside, then raise": commit_inside_then_raise,
+    "commit inside, error swallowed": commit_inside_caught,
+    "commit before any send": commit_before_any_send,
+}
+SCENARIOS = {name: Scenario(BODIES[name], raises) for name, raises in OUTCOMES.items()}
 
 
 def run_decorated(

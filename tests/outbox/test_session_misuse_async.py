@@ -23,19 +23,16 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 import outbox
-from outbox import CommitInsideTransactionError, OutboxProducer, SendRolledBackError
+from outbox import CommitInsideTransactionError, OutboxProducer
 from tests.checker.test_checker import SECRET
 from tests.outbox.test_asyncio import async_factory
+from tests.outbox.test_session_misuse import OUTCOMES, Declined
 from tests.pipeline import ops_lost, pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
 pytestmark = pytest.mark.integration
 
 Send = Callable[[str], Awaitable[object]]
-
-
-class Declined(Exception):
-    pass
 
 
 async def _insert(session: AsyncSession, order_id: str) -> None:
@@ -131,22 +128,19 @@ async def commit_before_any_send(s: AsyncSession, send: Send, ids: list[str]) ->
     await _insert(s, ids[1])
 
 
-SCENARIOS = {
-    "rollback after send": Scenario(rollback_after_send, SendRolledBackError),
-    "savepoint holding the first send rolled back": Scenario(
-        savepoint_with_first_send_rolled_back, SendRolledBackError
-    ),
-    "savepoint holding a later send rolled back": Scenario(
-        savepoint_with_a_later_send_rolled_back, SendRolledBackError
-    ),
-    "savepoint without a send rolled back": Scenario(savepoint_without_a_send_rolled_back, None),
-    "close after send": Scenario(close_after_send, SendRolledBackError),
-    "commit inside": Scenario(commit_inside, CommitInsideTransactionError),
-    # the user's own exception propagates; the transaction rolled back all the same
-    "commit inside, then raise": Scenario(commit_inside_then_raise, Declined),
-    "commit inside, error swallowed": Scenario(commit_inside_caught, CommitInsideTransactionError),
-    "commit before any send": Scenario(commit_before_any_send, CommitInsideTransactionError),
+BODIES = {
+    "rollback after send": rollback_after_send,
+    "savepoint holding the first send rolled back": savepoint_with_first_send_rolled_back,
+    "savepoint holding a later send rolled back": savepoint_with_a_later_send_rolled_back,
+    "savepoint without a send rolled back": savepoint_without_a_send_rolled_back,
+    "close after send": close_after_send,
+    "commit inside": commit_inside,
+    "commit inside, then raise": commit_inside_then_raise,
+    "commit inside, error swallowed": commit_inside_caught,
+    "commit before any send": commit_before_any_send,
 }
+#: The synchronous forms' scenarios, each with the same outcome.
+SCENARIOS = {name: Scenario(BODIES[name], raises) for name, raises in OUTCOMES.items()}
 
 Form = Callable[
     [OutboxProducer, async_sessionmaker[AsyncSession], str, Scenario, list[str], list[str]],
