@@ -15,9 +15,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -73,23 +72,23 @@ class Watched(Session):
 class Broker:
     process: KafkaProcess
     pause_after_commit: bool = False
+    #: The timers that make it answer again, one per pause.
+    resumes: list[threading.Thread] = field(default_factory=list)
 
-    @contextmanager
-    def paused(self) -> Iterator[None]:
-        """Stop it answering now (SIGSTOP) and again HOLD_S later; wait for that on leaving."""
-        resume = self.pause()
-        try:
-            yield
-        finally:
-            resume.join()
-
-    def pause(self) -> threading.Thread:
+    def pause(self) -> None:
+        """Stop it answering now (SIGSTOP: its connections stay open), again HOLD_S later."""
         assert self.process.proc is not None
         pid = self.process.proc.pid
         freeze(pid)
         resume = threading.Timer(HOLD_S, thaw, (pid,))
         resume.start()
-        return resume
+        self.resumes.append(resume)
+
+    def answering(self) -> None:
+        """Wait until every pause is over."""
+        for resume in self.resumes:
+            resume.join()
+        self.resumes.clear()
 
 
 Send = Callable[[str], Awaitable[object]]
@@ -208,9 +207,8 @@ def test_a_cancelled_async_transaction_ends_with_the_database_and_the_topic_agre
         def after_commit(session: Any) -> None:
             if broker.pause_after_commit:
                 broker.pause_after_commit = False
-                pauses.append(broker.pause())
+                broker.pause()
 
-        pauses: list[threading.Thread] = []
         order_of: dict[tuple[str, str], str] = {}
         raised: dict[tuple[str, str], type[BaseException] | None] = {}
         with OutboxProducer(settings) as producer, pipeline(process.bootstrap, topics) as running:
@@ -224,10 +222,11 @@ def test_a_cancelled_async_transaction_ends_with_the_database_and_the_topic_agre
                 try:
                     # the producer knows its broker first: the first send of a fresh producer
                     # takes longer than the deadline, which would move the cancellation into it
+                    warm_up = f"warm-up-{uuid.uuid4().hex[:12]}"
                     async with producer.transaction(factory) as txn:
                         assert isinstance(txn.session, AsyncSession)
-                        await _insert(txn.session, "warm-up")
-                        await txn.send(running.topic, "warm-up", key="warm-up")
+                        await _insert(txn.session, warm_up)
+                        await txn.send(running.topic, warm_up, key=warm_up)
                     for form, name in cases:
                         case = CASES[name]
                         order_id = f"{case.prefix}{uuid.uuid4().hex[:12]}"
@@ -243,9 +242,7 @@ def test_a_cancelled_async_transaction_ends_with_the_database_and_the_topic_agre
                             )
                         except Exception as err:
                             raised[form, name] = type(err)
-                        for resume in pauses:
-                            resume.join()
-                        pauses.clear()
+                        broker.answering()
                 finally:
                     await async_engine.dispose()
 
