@@ -151,9 +151,7 @@ def test_a_cancelled_transactional_producer_ends_with_the_database_and_the_topic
         assert rows == expected
         # and the listener's check was asked only once a thread's local transaction had ended
         # (before that, its checks were answered UNKNOWN), so what the thread did decided
-        assert set(listener.ended) == (
-            {o for k, o in order_of.items()} if make is SlowOrders else set()
-        )
+        assert set(listener.ended) == (set(order_of.values()) if make is SlowOrders else set())
         early = [(o, s) for o, s, at in listener.checked if at < listener.ended.get(o, 0.0)]
         assert early == [], early
         # And an order is delivered, once, if and only if its row committed

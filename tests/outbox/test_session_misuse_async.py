@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 import outbox
 from outbox import CommitInsideTransactionError, OutboxProducer
 from tests.checker.test_checker import SECRET
+from tests.outbox import test_session_misuse as sync_misuse
 from tests.outbox.test_asyncio import async_factory
 from tests.outbox.test_session_misuse import OUTCOMES, Declined
 from tests.pipeline import ops_lost, pipeline
@@ -128,19 +129,12 @@ async def commit_before_any_send(s: AsyncSession, send: Send, ids: list[str]) ->
     await _insert(s, ids[1])
 
 
-BODIES = {
-    "rollback after send": rollback_after_send,
-    "savepoint holding the first send rolled back": savepoint_with_first_send_rolled_back,
-    "savepoint holding a later send rolled back": savepoint_with_a_later_send_rolled_back,
-    "savepoint without a send rolled back": savepoint_without_a_send_rolled_back,
-    "close after send": close_after_send,
-    "commit inside": commit_inside,
-    "commit inside, then raise": commit_inside_then_raise,
-    "commit inside, error swallowed": commit_inside_caught,
-    "commit before any send": commit_before_any_send,
+#: The synchronous forms' scenarios, each with the same outcome: its body here is the coroutine
+#: function of the same name as the synchronous one.
+SCENARIOS = {
+    name: Scenario(globals()[sync_misuse.BODIES[name].__name__], raises)
+    for name, raises in OUTCOMES.items()
 }
-#: The synchronous forms' scenarios, each with the same outcome.
-SCENARIOS = {name: Scenario(BODIES[name], raises) for name, raises in OUTCOMES.items()}
 
 Form = Callable[
     [OutboxProducer, async_sessionmaker[AsyncSession], str, Scenario, list[str], list[str]],
