@@ -13,7 +13,7 @@ help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
 	@echo "make test      - the suite on real Kafka, PostgreSQL, SQLite and Spark, but for the test-* targets below (sets itself up; .ci/run runs them all)"
 	@echo "make test-processes - tests that kill, freeze or stop OS processes: services, a broker, the demo, an example, a built package (.ci/run runs them)"
-	@echo "make test-scale - tests that push a bound to its extreme: 10,000 transactions end to end and audited, 1,000 parked (.ci/run runs them)"
+	@echo "make test-scale - tests that push a bound to its extreme: 10,000 transactions end to end and audited, 1,000 parked, every point of a transaction interrupted (.ci/run runs them)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"

@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
 from outbox import tracing
@@ -51,9 +52,15 @@ async def run_async(
         producer, on_sent=_on_sent_async(db), in_flight=write_while_sending(db.sync_session)
     )
     txn.session = db
-    guard = SessionGuard.attach(db.sync_session, txn.txn_id)
-    token = current.set(txn)
+    commit_began = False
+    # Set up inside the try: an exception raised between two lines (a signal handler's) must
+    # not leave the guard on the session, or this transaction current in the caller's context,
+    # where every later transaction would join it and never commit.
+    guard: SessionGuard | None = None
+    token: Token[Any] | None = None
     try:
+        guard = SessionGuard.attach(db.sync_session, txn.txn_id)
+        token = current.set(txn)
         if db.in_transaction():  # the caller's, begun: a refusal invalidates a connection (IO)
             await db.run_sync(require_own_transaction, guard)
         else:
@@ -64,19 +71,24 @@ async def run_async(
         txn.check_awaited()
         guard.check()
         guard.committing()
+        commit_began = True  # an exception from here on may follow a COMMIT: see run_sync
         try:
             if tracing.otel is None:
                 await db.commit()
             else:
                 await tracing.otel.commit_async(txn.core, db.commit)
         except BaseException as err:
-            if not guard.refused(err):  # a refusal comes before any database commits
+            if guard.refused(err):  # a refusal comes before any database commits
+                commit_began = False
+            else:
                 commit_failed(txn.core)
                 await discard_connections_async(db, txn.txn_id)
             raise
         await txn.finish(LocalTransactionState.COMMIT)
-    except BaseException:
-        if txn.state is None:
+    except BaseException as err:
+        if txn.state is None and commit_began:
+            commit_failed(txn.core, f"was interrupted ({type(err).__name__}) once it began")
+        elif txn.state is None:
             try:
                 await txn.close()  # a send under way lands in what is rolled back
                 await db.rollback()
@@ -89,8 +101,10 @@ async def run_async(
             await txn.finish(LocalTransactionState.ROLLBACK)
         raise
     finally:
-        guard.detach()
-        current.reset(token)
+        if token is not None:
+            current.reset(token)
+        if guard is not None:
+            guard.detach()
         if own:
             await db.close()
 

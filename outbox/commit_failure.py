@@ -20,12 +20,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("outbox")
 
 
-def commit_failed(txn: OutboxTransaction) -> None:
+def commit_failed(txn: OutboxTransaction, what: str = "failed") -> None:
     """Mark ``txn`` UNKNOWN: neither op is sent, the checker asks and the evidence row answers."""
     txn.state = LocalTransactionState.UNKNOWN
     log.warning(
-        "DB commit of transaction %s failed; leaving it to the checker",
+        "DB commit of transaction %s %s; leaving it to the checker",
         txn.txn_id,
+        what,
         extra=fields(txn_id=txn.txn_id, partition=txn.partition, offsets=txn.offsets),
     )
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import Token
 from types import TracebackType
 from typing import Any
 
@@ -120,9 +121,15 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
     refuse_sharded(db)
     txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
     txn.session = db
-    guard = SessionGuard.attach(db, txn.txn_id)
-    token = current.set(txn)
+    commit_began = False
+    # Set up inside the try: an exception raised between two lines (a signal handler's) must
+    # not leave the guard on the session, or this transaction current in the caller's context,
+    # where every later transaction would join it and never commit.
+    guard: SessionGuard | None = None
+    token: Token[Any] | None = None
     try:
+        guard = SessionGuard.attach(db, txn.txn_id)
+        token = current.set(txn)
         require_own_transaction(db, guard)
         watch_held(db, guard)
         yield txn
@@ -130,19 +137,27 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
         txn.check_whole()
         guard.check()
         guard.committing()
+        # From here an exception may follow a database COMMIT that happened: one raised by a
+        # signal handler (Ctrl-C, a worker's timeout, a task's time limit) between the COMMIT's
+        # return and the outcome's record must not roll back, so it leaves the outcome UNKNOWN.
+        commit_began = True
         try:
             if tracing.otel is None:
                 db.commit()
             else:
                 tracing.otel.commit(txn, db.commit)
         except BaseException as err:
-            if not guard.refused(err):  # a refusal comes before any database commits
+            if guard.refused(err):  # a refusal comes before any database commits
+                commit_began = False
+            else:
                 commit_failed(txn)
                 discard_connections(db.invalidate, txn.txn_id)
             raise
         txn.finish(LocalTransactionState.COMMIT)
-    except BaseException:
-        if txn.state is None:
+    except BaseException as err:
+        if txn.state is None and commit_began:
+            commit_failed(txn, f"was interrupted ({type(err).__name__}) once it began")
+        elif txn.state is None:
             try:
                 db.rollback()
             except Exception:
@@ -155,8 +170,10 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
             txn.finish(LocalTransactionState.ROLLBACK)
         raise
     finally:
-        guard.detach()
-        current.reset(token)
+        if token is not None:
+            current.reset(token)
+        if guard is not None:
+            guard.detach()
         if own:
             db.close()
 
