@@ -122,9 +122,9 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
     txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
     txn.session = db
     commit_began = False
-    # Set up inside the try: an exception raised between two lines (a signal handler's) must
-    # not leave the guard on the session, or this transaction current in the caller's context,
-    # where every later transaction would join it and never commit.
+    # Set up inside the try, so that an exception raised just after (a signal handler's) still
+    # ends this transaction: left current and unended in the caller's context, it would be
+    # joined by every later transaction there, which would then never commit.
     guard: SessionGuard | None = None
     token: Token[Any] | None = None
     try:
