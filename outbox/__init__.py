@@ -17,6 +17,7 @@ from outbox.errors import (
     ConfigurationError,
     DelayNotSupportedError,
     ExternalTransactionError,
+    ForkedDuringNameLookupError,
     HalfSendError,
     InternalTopicError,
     InvalidHeaderError,
@@ -78,6 +79,7 @@ __all__ = [
     "Deduplicator",
     "DelayNotSupportedError",
     "ExternalTransactionError",
+    "ForkedDuringNameLookupError",
     # Producing
     "HalfCoordinates",
     "HalfSendError",

@@ -19,6 +19,7 @@
     │   └── DelayNotSupportedError
     ├── NoActiveTransactionError    send() outside a transaction
     ├── ProducerClosedError
+    ├── ForkedDuringNameLookupError  forked while the parent looked up a host name: no Kafka here
     ├── HalfSendError               half message not acknowledged; the local transaction did not run
     ├── TransactionFencedError      a check fenced this transaction id; the DB rolled back
     ├── CommitInsideTransactionError  session.commit() inside an outbox transaction
@@ -127,6 +128,14 @@ class HalfSendError(KafkaOperationError):
     def __init__(self, message: str, kafka_error: Any = None, *, reason: str = ERROR) -> None:
         super().__init__(message, kafka_error)
         self.reason = reason
+
+
+class ForkedDuringNameLookupError(OutboxError):
+    """Raised in a forked process that can never look up a host name: it was forked while
+    another thread of its parent (a Kafka client's, connecting) was inside glibc's
+    ``getaddrinfo``, whose lock the child inherits held, with no thread left to release it. No
+    Kafka client can connect from it, so none is made; nothing was sent (:mod:`outbox.forking`).
+    """
 
 
 class TransactionFencedError(OutboxError):

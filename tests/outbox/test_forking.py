@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
 from outbox import (
+    ForkedDuringNameLookupError,
     LocalTransactionState,
     Message,
     OutboxProducer,
@@ -40,7 +41,7 @@ from outbox import (
     TransactionalProducer,
 )
 from outbox.checks.routing import OmittedValues
-from outbox.forking import PerProcess
+from outbox.forking import PerProcess, check_name_lookups
 from outbox.protocol.check import CHECK_PATH, CheckedTransaction
 from outbox.protocol.states import CheckBy, DecidedBy
 from tests.checker.test_checker import SECRET, checker_and_relay
@@ -56,20 +57,54 @@ from tests.producer_fixtures import Topics, order_ids, orders
 TWO = (os.fork, os.fork)
 
 
+#: What a worker reports when it was forked while a thread of the test's process was inside
+#: ``getaddrinfo`` (:func:`outbox.forking.check_name_lookups`).
+STUCK_LOOKUPS = "forked during a name lookup"
+
+
 def in_workers(
     work: Callable[[int], object],
     forks: Sequence[Callable[[], int]],
     *,
     timeout: float = 60,
     own_group: bool = True,
+    fork_again_if_stuck: int = 3,
 ) -> list[object]:
     """``work(i)`` in a worker forked by each of ``forks``, one after another; what each
     returned, or the error it raised (``"TypeName: message"``), ``"hung"`` when it had not
     exited by ``timeout``, or its exit status when it exited without a report. Each is the
     leader of a process group of its own (``own_group``), so that a timeout kills its own workers
-    too (which stay in its group)."""
-    started: list[tuple[int, int]] = []
-    for i, fork in enumerate(forks):
+    too (which stay in its group).
+
+    A worker forked while one of this process's threads (a Kafka client's, connecting) was
+    looking up a host name can never look one up (glibc's lock, :mod:`outbox.forking`), whatever
+    it is meant to show; with ``fork_again_if_stuck``, each worker first checks that
+    (:func:`~outbox.forking.check_name_lookups`) and one that is stuck is forked again, up to
+    that many times. ``0``: not checked here, ``work`` meets it as a user's code would.
+    """
+    reported: dict[int, object] = {}
+    pending = list(range(len(forks)))
+    for attempt in range(fork_again_if_stuck + 1):
+        check = attempt < fork_again_if_stuck
+        reported.update(
+            _fork_each(work, [(i, forks[i]) for i in pending], timeout, own_group, check)
+        )
+        pending = [i for i in pending if reported[i] == STUCK_LOOKUPS]
+        if not pending:
+            break
+        print(f"workers {pending} were forked during a name lookup: forked again")
+    return [reported[i] for i in range(len(forks))]
+
+
+def _fork_each(
+    work: Callable[[int], object],
+    forks: Sequence[tuple[int, Callable[[], int]]],
+    timeout: float,
+    own_group: bool,
+    check: bool,
+) -> dict[int, object]:
+    started: list[tuple[int, int, int]] = []
+    for i, fork in forks:
         read_end, write_end = os.pipe()
         pid = fork()
         if pid == 0:  # the worker: reports, then exits without the parent's clean-up
@@ -78,18 +113,21 @@ def in_workers(
                     os.setpgid(0, 0)
                 os.close(read_end)
                 try:
-                    result = work(i)
+                    if check:
+                        check_name_lookups()  # once it answered, work(i) will not meet it
+                    result: object = work(i)
                 except BaseException as err:
-                    result = f"{type(err).__name__}: {err}"
+                    stuck = check and isinstance(err, ForkedDuringNameLookupError)
+                    result = STUCK_LOOKUPS if stuck else f"{type(err).__name__}: {err}"
                 with os.fdopen(write_end, "wb") as out:
                     out.write(pickle.dumps(result))
             finally:  # whatever happened, never back into the test session
                 os._exit(0)
         os.close(write_end)
-        started.append((pid, read_end))
+        started.append((i, pid, read_end))
     deadline = time.monotonic() + timeout
-    reported: list[object] = []
-    for pid, read_end in started:
+    reported: dict[int, object] = {}
+    for i, pid, read_end in started:
         status: int | None = None
         while status is None and time.monotonic() < deadline:
             done, code = os.waitpid(pid, os.WNOHANG)
@@ -99,14 +137,14 @@ def in_workers(
             (os.killpg if own_group else os.kill)(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(read_end)
-            reported.append("hung")
+            reported[i] = "hung"
             continue
         with os.fdopen(read_end, "rb") as given:
             report = given.read()
         if status != 0 or not report:
-            reported.append(f"exit status {status}, no report")
+            reported[i] = f"exit status {status}, no report"
         else:
-            reported.append(pickle.loads(report))
+            reported[i] = pickle.loads(report)
     return reported
 
 
