@@ -52,7 +52,7 @@ async def run_async(
         producer, on_sent=_on_sent_async(db), in_flight=write_while_sending(db.sync_session)
     )
     txn.session = db
-    commit_began = False
+    commit_began = discarded = False
     # Set up inside the try, so that an exception raised just after (a signal handler's) still
     # ends this transaction: left current and unended in the caller's context, it would be
     # joined by every later transaction there, which would then never commit.
@@ -83,11 +83,18 @@ async def run_async(
             else:
                 commit_failed(txn.core)
                 await discard_connections_async(db, txn.txn_id)
+                discarded = True
             raise
         await txn.finish(LocalTransactionState.COMMIT)
     except BaseException as err:
-        if txn.state is None and commit_began:
-            commit_failed(txn.core, f"was interrupted ({type(err).__name__}) once it began")
+        if commit_began and txn.state in (None, LocalTransactionState.UNKNOWN):
+            # Interrupted after the COMMIT returned, or while a failed one was handled: the
+            # checker decides, and the session's connections go whatever they hold (SQLite
+            # keeps a refused COMMIT's transaction open, write lock and all).
+            if txn.state is None:
+                commit_failed(txn.core, f"was interrupted ({type(err).__name__}) once it began")
+            if not discarded:
+                await discard_connections_async(db, txn.txn_id)
         elif txn.state is None:
             try:
                 await txn.close()  # a send under way lands in what is rolled back

@@ -83,9 +83,9 @@ def check_name_lookups(timeout_s: float = NAME_LOOKUP_TIMEOUT_S) -> None:
 
     The first call in a process starts a trial lookup and waits up to ``timeout_s`` for it;
     calls after that wait until the same deadline at most, then only look at its result (a
-    lookup that came back late counts). Cheap to call again. A server can
-    call it first thing in a forked worker (gunicorn's ``post_worker_init``, Celery's
-    ``worker_process_init``) and exit on the error, so that the server forks a new one.
+    lookup that came back late counts). Cheap to call again. A server can call it first thing
+    in a forked worker (gunicorn's ``post_worker_init``, Celery's ``worker_process_init``) and
+    exit on the error, so that the server forks a new one.
 
     Raises:
         ForkedDuringNameLookupError: no answer within ``timeout_s``.
@@ -101,10 +101,11 @@ def check_name_lookups(timeout_s: float = NAME_LOOKUP_TIMEOUT_S) -> None:
         f"process {pid} cannot look up host names: it was forked from process {lookup.parent} "
         f"while another thread there was inside getaddrinfo (a Kafka client's, connecting), "
         f"and glibc's lock that thread held stays held here for ever; no Kafka client can "
-        f"connect from this process, so none was made and nothing was sent. Restart this "
-        f"worker (a worker forked again is almost always fine); to rule it out, make Kafka "
-        f"clients after the fork (gunicorn without --preload, Celery's worker_process_init) or "
-        f"exit a worker whose outbox.forking.check_name_lookups() raises"
+        f"connect from this process, so none was made and nothing was sent. Replace this "
+        f"worker (one forked again is almost always fine): call "
+        f"outbox.forking.check_name_lookups() first thing in each worker and exit when it "
+        f"raises, so that the server forks another; or avoid it, making Kafka clients after "
+        f"the fork (gunicorn without --preload, Celery's worker_process_init)"
     )
 
 

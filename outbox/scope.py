@@ -121,7 +121,7 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
     refuse_sharded(db)
     txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
     txn.session = db
-    commit_began = False
+    commit_began = discarded = False
     # Set up inside the try, so that an exception raised just after (a signal handler's) still
     # ends this transaction: left current and unended in the caller's context, it would be
     # joined by every later transaction there, which would then never commit.
@@ -152,11 +152,18 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
             else:
                 commit_failed(txn)
                 discard_connections(db.invalidate, txn.txn_id)
+                discarded = True
             raise
         txn.finish(LocalTransactionState.COMMIT)
     except BaseException as err:
-        if txn.state is None and commit_began:
-            commit_failed(txn, f"was interrupted ({type(err).__name__}) once it began")
+        if commit_began and txn.state in (None, LocalTransactionState.UNKNOWN):
+            # Interrupted after the COMMIT returned, or while a failed one was handled: the
+            # checker decides, and the session's connections go whatever they hold (SQLite
+            # keeps a refused COMMIT's transaction open, write lock and all).
+            if txn.state is None:
+                commit_failed(txn, f"was interrupted ({type(err).__name__}) once it began")
+            if not discarded:
+                discard_connections(db.invalidate, txn.txn_id)
         elif txn.state is None:
             try:
                 db.rollback()
