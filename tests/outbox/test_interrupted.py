@@ -17,17 +17,22 @@ interrupt just after the database COMMIT returned wrote a ROLLBACK op (a row, no
 without the context set up inside the ``try``, an interrupt just after ``current.set()``
 left the dead transaction current, and every later transaction of the thread joined it and
 returned without committing.
+
+The ``with`` and ``async with`` forms run twice: with each op waited for, and with the op sent one
+way (the default), where an interrupt after the COMMIT can land while the op is still in the
+client's queue. Both fail without the first fix.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import dis
 import functools
 import os
 import sys
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from types import CodeType, FrameType
 from typing import Any
 
@@ -37,7 +42,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
-from outbox import LocalTransactionState, Message, OutboxProducer, TransactionalProducer
+from outbox import (
+    LocalTransactionState,
+    Message,
+    OutboxProducer,
+    OutboxSettings,
+    TransactionalProducer,
+)
 from tests.checker.test_checker import SECRET
 from tests.outbox.test_asyncio import async_factory
 from tests.pipeline import Pipeline, pipeline
@@ -250,15 +261,42 @@ def assert_rows_and_messages_agree(
     assert {o for o, m in met.items() if m[1] is None} <= rows
 
 
-@pytest.mark.parametrize("form", ["with", "decorator", "TransactionalProducer"])
+@pytest.fixture
+def one_way_producer(outbox_settings: OutboxSettings) -> Iterator[OutboxProducer]:
+    """The default op path: the op record is handed to the client and not waited for."""
+    with OutboxProducer(dataclasses.replace(outbox_settings, wait_for_op=False)) as p:
+        yield p
+
+
+@pytest.fixture(params=["op-acknowledged", "op-one-way"])
+def any_op_producer(request: pytest.FixtureRequest) -> OutboxProducer:
+    """Each transaction's op waited for (what the other tests use), and sent one way (the
+    default): an interrupt after the COMMIT may then land while the op is still in the client's
+    queue, and the checker, not the op, decides."""
+    name = "producer" if request.param == "op-acknowledged" else "one_way_producer"
+    found: OutboxProducer = request.getfixturevalue(name)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("form", "any_op_producer"),
+    [
+        ("with", "op-acknowledged"),
+        ("with", "op-one-way"),
+        ("decorator", "op-acknowledged"),
+        ("TransactionalProducer", "op-acknowledged"),
+    ],
+    indirect=["any_op_producer"],
+)
 def test_an_interrupt_at_any_point_of_a_sync_transaction_never_splits_row_and_message(
     kafka_bootstrap: str,
-    producer: OutboxProducer,
+    any_op_producer: OutboxProducer,
     session_factory: sessionmaker,
     engine: sa.Engine,
     topics: Topics,
     form: str,
 ) -> None:
+    producer = any_op_producer
     producer.serve_checks(engine=engine, secret=SECRET)
     with pipeline(kafka_bootstrap, topics) as running:
         place = sync_forms(producer, session_factory, running.topic)[form]
@@ -269,11 +307,12 @@ def test_an_interrupt_at_any_point_of_a_sync_transaction_never_splits_row_and_me
 
 def test_an_interrupt_at_any_point_of_an_asyncio_transaction_never_splits_row_and_message(
     kafka_bootstrap: str,
-    producer: OutboxProducer,
+    any_op_producer: OutboxProducer,
     engine: sa.Engine,
     db_url: str,
     topics: Topics,
 ) -> None:
+    producer = any_op_producer
     producer.serve_checks(engine=engine, secret=SECRET)
 
     async def run(topic: str) -> Met:
