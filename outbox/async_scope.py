@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import Token
@@ -20,7 +21,7 @@ from outbox.commit_failure import commit_failed, discard_connections_async
 from outbox.database_transaction import require_own_transaction
 from outbox.evidence import write_evidence, write_while_sending
 from outbox.logs import fields
-from outbox.nesting import current, joined, opened
+from outbox.nesting import current, joined, opened, opened_by, reset
 from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
@@ -34,8 +35,9 @@ log = logging.getLogger("outbox")
 
 @asynccontextmanager
 async def run_async(
-    producer: TransactionHost, session: Any
+    producer: TransactionHost, session: Any, scope: weakref.ref[Any] | None = None
 ) -> AsyncIterator[AsyncOutboxTransaction]:
+    """The transaction of an ``async with`` statement (``scope``: as in ``run_sync``)."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
     outer = joined(AsyncOutboxTransaction, AsyncSession, session, "asyncio")
@@ -52,6 +54,8 @@ async def run_async(
         producer, on_sent=_on_sent_async(db), in_flight=write_while_sending(db.sync_session)
     )
     txn.session = db
+    if scope is not None:
+        opened_by(txn, scope)
     commit_began = discarded = False
     # Set up inside the try, so that an exception raised just after (a signal handler's) still
     # ends this transaction: left current and unended in the caller's context, it would be
@@ -109,7 +113,7 @@ async def run_async(
         raise
     finally:
         if token is not None:
-            current.reset(token)
+            reset(token)
         if guard is not None:
             guard.detach()
         if own:

@@ -17,6 +17,7 @@ The session says which way applies. Handing a ``Session`` to ``async with``, or 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import Token
@@ -41,6 +42,8 @@ from outbox.nesting import (
     is_sync_session,
     joined,
     opened,
+    opened_by,
+    reset,
 )
 from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
@@ -69,7 +72,7 @@ class TransactionScope:
                 "AsyncSession runs in the asyncio form: `async with producer.transaction("
                 "session) as txn:` and `await txn.send(...)`"
             )
-        self._sync = run_sync(self.producer, self.session)
+        self._sync = run_sync(self.producer, self.session, weakref.ref(self))
         txn: OutboxTransaction = self._sync.__enter__()
         return txn
 
@@ -90,7 +93,7 @@ class TransactionScope:
                 "block; a synchronous Session runs in `with producer.transaction(session) as "
                 "txn:` (or use an AsyncSession from sqlalchemy.ext.asyncio)"
             )
-        self._async = run_async(self.producer, self.session)
+        self._async = run_async(self.producer, self.session, weakref.ref(self))
         txn: AsyncOutboxTransaction = await self._async.__aenter__()
         return txn
 
@@ -112,7 +115,12 @@ class TransactionScope:
 
 
 @contextmanager
-def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[OutboxTransaction]:
+def run_sync(
+    producer: TransactionHost, session: SessionSource, scope: weakref.ref[Any] | None = None
+) -> Iterator[OutboxTransaction]:
+    """The transaction of a ``with`` statement; ``scope`` refers (weakly: the statement holds
+    it) to the :class:`TransactionScope` it runs in, so that a later one never joins it once
+    the statement is left (:func:`outbox.nesting.abandoned`)."""
     outer = joined(OutboxTransaction, Session, session, "synchronous")
     if outer is not None:
         yield outer
@@ -121,6 +129,8 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
     refuse_sharded(db)
     txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
     txn.session = db
+    if scope is not None:
+        opened_by(txn, scope)
     commit_began = discarded = False
     # Set up inside the try, so that an exception raised just after (a signal handler's) still
     # ends this transaction: left current and unended in the caller's context, it would be
@@ -178,7 +188,7 @@ def run_sync(producer: TransactionHost, session: SessionSource) -> Iterator[Outb
         raise
     finally:
         if token is not None:
-            current.reset(token)
+            reset(token)
         if guard is not None:
             guard.detach()
         if own:

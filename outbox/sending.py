@@ -24,7 +24,7 @@ from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import NoActiveTransactionError
 from outbox.message import Headers, Message, Serializer
-from outbox.nesting import current
+from outbox.nesting import abandoned, current
 from outbox.protocol.half import HalfMessage
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
@@ -158,7 +158,7 @@ def current_transaction() -> OutboxTransaction | AsyncOutboxTransaction:
         NoActiveTransactionError: there is none.
     """
     txn = current.get()
-    if txn is None:
+    if txn is None or abandoned(txn):  # left: see outbox.nesting.abandoned
         raise NoActiveTransactionError(
             "outbox.send() was called outside a transaction; call it inside a function decorated "
             "with @outbox.transactional or inside `with producer.transaction(...)` (`async with` "

@@ -23,6 +23,11 @@ way (the default), where an interrupt after the COMMIT can land while the op is 
 client's queue. Both fail without the first fix. ``TransactionalProducer`` and
 ``AsyncTransactionalProducer`` commit in the listener's own code, outside the outbox's: an
 interrupt after that COMMIT leaves no op, and the listener's check must answer it.
+
+The asyncio forms run each call in a task of its own, as a server runs each request, and all
+calls in one task, as a worker's loop does; the latter fails without the fix that keeps a later
+transaction from joining one whose scope's exit was interrupted before any of its code ran
+(``outbox.nesting.abandoned``): the next call returned without committing.
 """
 
 from __future__ import annotations
@@ -255,18 +260,38 @@ def interrupt_every_point(place: Callable[[str], None], exc: type[BaseException]
 
 
 async def interrupt_every_point_async(
-    place: Callable[[str], Coroutine[Any, Any, None]], exc: type[BaseException]
+    place: Callable[[str], Coroutine[Any, Any, None]],
+    exc: type[BaseException],
+    *,
+    one_task: bool = False,
 ) -> Met:
-    """:func:`interrupt_every_point` in asyncio, each call in a task of its own."""
+    """:func:`interrupt_every_point` in asyncio: each call in a task of its own, as a server
+    runs each request, or (``one_task``) all in this task, as a worker's loop takes one job
+    after another in the context the last one left."""
+    traced_here = _traced_in_this_task if one_task else traced_async
     counting = Interrupt(None, exc)
-    assert await traced_async(counting, lambda: place(f"count-{uuid.uuid4().hex[:8]}")) is None
+    assert await traced_here(counting, lambda: place(f"count-{uuid.uuid4().hex[:8]}")) is None
     met: Met = {}
     for at in range(1, counting.points + 2):
         order = f"at{at}-{uuid.uuid4().hex[:8]}"
         tracer = Interrupt(at, exc)
-        raised = await traced_async(tracer, functools.partial(place, order))
+        raised = await traced_here(tracer, functools.partial(place, order))
         met[order] = (tracer.where, raised)
     return met
+
+
+async def _traced_in_this_task(
+    tracer: Interrupt, run: Callable[[], Coroutine[Any, Any, None]]
+) -> type[BaseException] | None:
+    tracer.task = asyncio.current_task()
+    sys.setprofile(tracer)
+    try:
+        await run()
+    except BaseException as err:
+        return type(err)
+    finally:
+        sys.setprofile(None)
+    return None
 
 
 def assert_rows_and_messages_agree(
@@ -338,11 +363,13 @@ def test_an_interrupt_at_any_point_of_a_sync_transaction_never_splits_row_and_me
 
 
 @pytest.mark.parametrize(
-    ("form", "any_op_producer"),
+    ("form", "any_op_producer", "tasks"),
     [
-        ("async with", "op-acknowledged"),
-        ("async with", "op-one-way"),
-        ("AsyncTransactionalProducer", "op-acknowledged"),
+        ("async with", "op-acknowledged", "task-per-call"),
+        ("async with", "op-one-way", "task-per-call"),
+        ("AsyncTransactionalProducer", "op-acknowledged", "task-per-call"),
+        ("async with", "op-acknowledged", "one-task"),
+        ("AsyncTransactionalProducer", "op-acknowledged", "one-task"),
     ],
     indirect=["any_op_producer"],
 )
@@ -354,16 +381,26 @@ def test_an_interrupt_at_any_point_of_an_asyncio_transaction_never_splits_row_an
     db_url: str,
     topics: Topics,
     form: str,
+    tasks: str,
 ) -> None:
     producer = any_op_producer
     producer.serve_checks(engine=engine, secret=SECRET)
+    loop_errors: list[str] = []
 
     async def run(topic: str) -> Met:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: loop_errors.append(repr(context.get("exception")))
+        )
         async with async_factory(db_url) as factory:
             place = async_forms(producer, factory, session_factory, topic)[form]
             await place(f"warm-{uuid.uuid4().hex[:8]}")
-            return await interrupt_every_point_async(place, Interrupted)
+            met = await interrupt_every_point_async(
+                place, Interrupted, one_task=tasks == "one-task"
+            )
+            await asyncio.sleep(0.1)  # the loop finalises what an interrupt left behind
+            return met
 
     with pipeline(kafka_bootstrap, topics) as running:
         met = asyncio.run(run(running.topic))
         assert_rows_and_messages_agree(running, engine, topics, met, Interrupted)
+        assert loop_errors == [], "nothing an interrupt left behind fails unseen"

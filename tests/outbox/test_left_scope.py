@@ -1,0 +1,108 @@
+"""A scope left without its exit running is never joined (``outbox.nesting.abandoned``).
+
+A signal handler's exception raised as a scope's exit begins (at the start of ``__aexit__``,
+before any of its code) leaves the ``with`` or ``async with`` statement without ending the
+transaction, which stays current in the caller's context. In asyncio its cleanup comes only on
+the event loop's next turn, so a task going straight on to its next transaction (a worker's loop)
+joined the dead one: that next transaction returned as if committed, and never was. These tests
+leave a scope that way directly (entered, then dropped), where
+``test_interrupted.py`` gets there by interrupting every point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.orm import sessionmaker
+
+import outbox
+from outbox import NoActiveTransactionError, OutboxProducer
+from tests.checker.test_checker import SECRET
+from tests.outbox.test_asyncio import async_factory
+from tests.pipeline import Pipeline, pipeline
+from tests.producer_fixtures import Topics, order_ids, orders
+
+pytestmark = [pytest.mark.integration, pytest.mark.scale]  # beside test_interrupted.py
+
+
+def left_and_next(
+    running: Pipeline, engine: sa.Engine, topics: Topics, left: str, placed: str
+) -> None:
+    """The left transaction rolled back, nothing of it anywhere; the next one committed once."""
+    txn_of = {h.message.key.decode(): h.txn_id for h in topics.halves() if h.message.key}
+    assert running.decided([txn_of[left]]) == {txn_of[left]: "ROLLBACK"}
+    assert set(order_ids(engine)) & {left, placed} == {placed}
+    delivered = running.settle(lambda: {placed})
+    assert delivered[placed] == 1
+    assert delivered[left] == 0
+
+
+def test_an_async_scope_left_without_its_exit_is_not_joined_by_the_next_transaction(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    producer.serve_checks(engine=engine, secret=SECRET)
+    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
+    loop_errors: list[Any] = []
+
+    async def run(topic: str) -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: loop_errors.append(context.get("exception"))
+        )
+        async with async_factory(db_url) as factory:
+            scope = producer.transaction(factory)
+            txn = await scope.__aenter__()
+            await txn.send(topic, left, key=left)
+            assert txn.session is not None
+            await txn.session.execute(orders.insert().values(id=left, amount=1))
+            del scope, txn  # left: the statement's exit never ran
+            async with producer.transaction(factory) as txn:  # straight on, in the same task
+                await txn.send(topic, placed, key=placed)
+                assert txn.session is not None
+                await txn.session.execute(orders.insert().values(id=placed, amount=1))
+            try:
+                await outbox.send(topic, "nowhere")
+            except NoActiveTransactionError:
+                refused.append("nowhere")
+            await asyncio.sleep(0.1)  # the loop finalises the left one
+
+    refused: list[str] = []
+    with pipeline(kafka_bootstrap, topics) as running:
+        asyncio.run(run(running.topic))
+        left_and_next(running, engine, topics, left, placed)
+    assert refused == ["nowhere"], "outbox.send() outside a transaction is refused"
+    assert loop_errors == [], "the left transaction's cleanup failed unseen"
+
+
+def test_a_scope_left_without_its_exit_is_not_joined_by_the_next_transaction(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    engine: sa.Engine,
+    topics: Topics,
+) -> None:
+    producer.serve_checks(engine=engine, secret=SECRET)
+    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
+    with pipeline(kafka_bootstrap, topics) as running:
+        scope = producer.transaction(session_factory)
+        txn = scope.__enter__()
+        txn.send(running.topic, left, key=left)
+        assert txn.session is not None
+        txn.session.execute(orders.insert().values(id=left, amount=1))
+        del scope, txn  # left: the statement's exit never ran (its generator closes now)
+        send: Callable[..., Any] = outbox.send
+        with pytest.raises(NoActiveTransactionError):
+            send(running.topic, "nowhere")
+        with producer.transaction(session_factory) as txn:
+            txn.send(running.topic, placed, key=placed)
+            assert txn.session is not None
+            txn.session.execute(orders.insert().values(id=placed, amount=1))
+        left_and_next(running, engine, topics, left, placed)
