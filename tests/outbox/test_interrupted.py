@@ -150,18 +150,22 @@ async def traced_async(
     """What ``await run()`` raised under ``tracer`` (:func:`traced`), run in a task of its own
     as a server runs each request: with its own copy of the context."""
 
-    async def request() -> type[BaseException] | None:
-        tracer.task = asyncio.current_task()
-        sys.setprofile(tracer)
-        try:
-            await run()
-        except BaseException as err:
-            return type(err)
-        finally:
-            sys.setprofile(None)
-        return None
+    return await asyncio.create_task(traced_in_this_task(tracer, run))
 
-    return await asyncio.create_task(request())
+
+async def traced_in_this_task(
+    tracer: Interrupt, run: Callable[[], Coroutine[Any, Any, None]]
+) -> type[BaseException] | None:
+    """What ``await run()`` raised under ``tracer``, counting this task's points only."""
+    tracer.task = asyncio.current_task()
+    sys.setprofile(tracer)
+    try:
+        await run()
+    except BaseException as err:
+        return type(err)
+    finally:
+        sys.setprofile(None)
+    return None
 
 
 class OrdersListener:
@@ -268,7 +272,7 @@ async def interrupt_every_point_async(
     """:func:`interrupt_every_point` in asyncio: each call in a task of its own, as a server
     runs each request, or (``one_task``) all in this task, as a worker's loop takes one job
     after another in the context the last one left."""
-    traced_here = _traced_in_this_task if one_task else traced_async
+    traced_here = traced_in_this_task if one_task else traced_async
     counting = Interrupt(None, exc)
     assert await traced_here(counting, lambda: place(f"count-{uuid.uuid4().hex[:8]}")) is None
     met: Met = {}
@@ -278,20 +282,6 @@ async def interrupt_every_point_async(
         raised = await traced_here(tracer, functools.partial(place, order))
         met[order] = (tracer.where, raised)
     return met
-
-
-async def _traced_in_this_task(
-    tracer: Interrupt, run: Callable[[], Coroutine[Any, Any, None]]
-) -> type[BaseException] | None:
-    tracer.task = asyncio.current_task()
-    sys.setprofile(tracer)
-    try:
-        await run()
-    except BaseException as err:
-        return type(err)
-    finally:
-        sys.setprofile(None)
-    return None
 
 
 def assert_rows_and_messages_agree(
