@@ -315,9 +315,10 @@ def one_way_producer(outbox_settings: OutboxSettings) -> Iterator[OutboxProducer
         yield p
 
 
-@pytest.fixture(params=["op-acknowledged", "op-one-way"])
+@pytest.fixture
 def any_op_producer(request: pytest.FixtureRequest) -> OutboxProducer:
-    """Each transaction's op waited for (what the other tests use), and sent one way (the
+    """The producer a test names by indirect parametrisation: ``op-acknowledged``, each
+    transaction's op waited for (what the other tests use), or ``op-one-way``, sent one way (the
     default): an interrupt after the COMMIT may then land while the op is still in the client's
     queue, and the checker, not the op, decides."""
     name = "producer" if request.param == "op-acknowledged" else "one_way_producer"

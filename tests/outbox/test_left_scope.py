@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -98,9 +97,8 @@ def test_a_scope_left_without_its_exit_is_not_joined_by_the_next_transaction(
         assert txn.session is not None
         txn.session.execute(orders.insert().values(id=left, amount=1))
         del scope, txn  # left: the statement's exit never ran (its generator closes now)
-        send: Callable[..., Any] = outbox.send
         with pytest.raises(NoActiveTransactionError):
-            send(running.topic, "nowhere")
+            outbox.send(running.topic, "nowhere")
         with producer.transaction(session_factory) as txn:
             txn.send(running.topic, placed, key=placed)
             assert txn.session is not None
