@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import sessionmaker
 
 import outbox
@@ -104,3 +105,46 @@ def test_a_scope_left_without_its_exit_is_not_joined_by_the_next_transaction(
             assert txn.session is not None
             txn.session.execute(orders.insert().values(id=placed, amount=1))
         left_and_next(running, engine, topics, left, placed)
+
+
+def test_an_async_scope_still_running_is_joined_by_the_scopes_nested_in_it(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    """The other side of the check: a statement still in its body holds its scope, so an
+    ``async with`` and an ``async def`` decorated call inside it join it, and it commits all."""
+    producer.serve_checks(engine=engine, secret=SECRET)
+    placed = [f"{part}-{uuid.uuid4().hex[:8]}" for part in ("outer", "nested", "called")]
+    txn_ids: list[str] = []
+
+    async def run(topic: str) -> None:
+        async with async_factory(db_url) as factory:
+
+            @outbox.transactional(producer=producer, session_factory=factory)
+            async def called(order: str, *, session: AsyncSession) -> None:
+                txn_ids.append(outbox.current_transaction().txn_id)
+                await session.execute(orders.insert().values(id=order, amount=1))
+                await outbox.send(topic, order, key=order)
+
+            async with producer.transaction(factory) as outer:
+                txn_ids.append(outer.txn_id)
+                await outer.send(topic, placed[0], key=placed[0])
+                assert outer.session is not None
+                await outer.session.execute(orders.insert().values(id=placed[0], amount=1))
+                async with producer.transaction(factory) as nested:
+                    txn_ids.append(nested.txn_id)
+                    await nested.send(topic, placed[1], key=placed[1])
+                    assert nested.session is not None
+                    await nested.session.execute(orders.insert().values(id=placed[1], amount=1))
+                await called(placed[2])
+
+    with pipeline(kafka_bootstrap, topics) as running:
+        asyncio.run(run(running.topic))
+        assert len(set(txn_ids)) == 1, "one transaction"
+        assert running.decided(txn_ids) == {txn_ids[0]: "COMMIT"}
+        assert set(order_ids(engine)) >= set(placed)
+        delivered = running.settle(lambda: set(placed))
+        assert {o: delivered[o] for o in placed} == dict.fromkeys(placed, 1)
