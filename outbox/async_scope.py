@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import Token
@@ -20,8 +19,9 @@ from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.commit_failure import commit_failed, discard_connections_async
 from outbox.database_transaction import require_own_transaction
 from outbox.evidence import write_evidence, write_while_sending
+from outbox.left_scopes import Statement, end_left_async, opened_by
 from outbox.logs import fields
-from outbox.nesting import current, joined, opened, opened_by, reset
+from outbox.nesting import current, joined, opened, reset
 from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
@@ -35,11 +35,12 @@ log = logging.getLogger("outbox")
 
 @asynccontextmanager
 async def run_async(
-    producer: TransactionHost, session: Any, scope: weakref.ref[Any] | None = None
+    producer: TransactionHost, session: Any, statement: Statement | None = None
 ) -> AsyncIterator[AsyncOutboxTransaction]:
-    """The transaction of an ``async with`` statement (``scope``: as in ``run_sync``)."""
+    """The transaction of an ``async with`` statement (``statement``: as in ``run_sync``)."""
     from sqlalchemy.ext.asyncio import AsyncSession
 
+    await end_left_async(current.get())
     outer = joined(AsyncOutboxTransaction, AsyncSession, session, "asyncio")
     if outer is not None:
         yield outer
@@ -54,8 +55,8 @@ async def run_async(
         producer, on_sent=_on_sent_async(db), in_flight=write_while_sending(db.sync_session)
     )
     txn.session = db
-    if scope is not None:
-        opened_by(txn, scope)
+    if statement is not None:
+        opened_by(txn, statement)
     commit_began = discarded = False
     # Set up inside the try, so that an exception raised just after (a signal handler's) still
     # ends this transaction: left current and unended in the caller's context, it would be

@@ -10,7 +10,6 @@ the form that fits.
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import ConfigurationError, WrongFormError
+from outbox.left_scopes import abandoned
 from outbox.transaction import OutboxTransaction
 
 T = TypeVar("T", OutboxTransaction, AsyncOutboxTransaction)
@@ -32,34 +32,12 @@ current: ContextVar[OutboxTransaction | AsyncOutboxTransaction | None] = Context
 )
 
 
-#: The scope each transaction was opened by, weakly. A ``with`` or ``async with`` statement
-#: holds its scope until the statement ends, so a dead reference means the statement was left
-#: without the scope's exit running: an exception a signal handler raised just as the exit began
-#: (at the start of ``__aexit__``, before any of its code). The transaction then stays current
-#: in the caller's context, and would be joined by every later transaction there, none of which
-#: would ever commit.
-_opened_by: weakref.WeakKeyDictionary[Any, weakref.ref[Any]] = weakref.WeakKeyDictionary()
-
-
-def opened_by(txn: OutboxTransaction | AsyncOutboxTransaction, scope: weakref.ref[Any]) -> None:
-    """Record that ``txn`` runs in the scope ``scope`` refers to (see :func:`abandoned`)."""
-    _opened_by[txn] = scope
-
-
-def abandoned(txn: OutboxTransaction | AsyncOutboxTransaction) -> bool:
-    """Whether the statement that opened ``txn`` has been left without ending it. Its own
-    cleanup comes when its generator is finalised: at once in a thread (refcounting), on the
-    event loop's next turn in asyncio, which is after a task going straight on to its next
-    transaction has looked for one to join."""
-    scope = _opened_by.get(txn)
-    return scope is not None and scope() is None
-
-
 def reset(token: Token[Any]) -> None:
-    """``current`` back to what it was before ``token``'s ``set``. An abandoned scope's
-    generator is finalised in a copy of its caller's context (the event loop's finaliser task),
-    where the token cannot be used: that copy is dropped anyway, and the cleanup after this
-    (the session's guard and connection) must still run."""
+    """``current`` back to what it was before ``token``'s ``set``. A left scope's generator
+    (:mod:`outbox.left_scopes`) may be finalised in another context than its caller's (the
+    event loop's finaliser task, or the task that ends it), where the token cannot be used:
+    there the left transaction has ended, so no one joins it, and the cleanup after this (the
+    session's guard and connection) must still run."""
     with contextlib.suppress(ValueError):
         current.reset(token)
 

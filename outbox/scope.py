@@ -8,7 +8,8 @@ the ROLLBACK op; when the COMMIT itself fails, no op (the outcome may be unknown
 session's connections are closed, leaving the answer to the checker and the evidence row
 (:mod:`outbox.commit_failure`). The asyncio way (:mod:`outbox.async_scope`) awaits where
 the other waits, so the event loop never blocks; nesting and the session's form are decided
-in :mod:`outbox.nesting`.
+in :mod:`outbox.nesting`, and what becomes of a statement left without its exit (a signal
+handler's exception as the exit began) in :mod:`outbox.left_scopes`.
 
 The session says which way applies. Handing a ``Session`` to ``async with``, or an
 ``AsyncSession`` to ``with``, fails at once, naming the right form.
@@ -16,6 +17,7 @@ The session says which way applies. Handing a ``Session`` to ``async with``, or 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import weakref
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ from outbox.commit_failure import commit_failed, discard_connections
 from outbox.database_transaction import require_own_transaction
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.evidence import write_evidence, write_while_sending
+from outbox.left_scopes import Statement, StatementExit, end_left, opened_by, statement_of
 from outbox.logs import fields
 from outbox.nesting import (
     SessionSource,
@@ -42,7 +45,6 @@ from outbox.nesting import (
     is_sync_session,
     joined,
     opened,
-    opened_by,
     reset,
 )
 from outbox.other_databases import refuse_sharded, watch_held
@@ -61,6 +63,7 @@ class TransactionScope:
     def __init__(self, producer: TransactionHost, session: Any) -> None:
         self.producer = producer
         self.session = session
+        self.looked_up: weakref.ref[Any] | None = None  # the last exit looked up: left_scopes
         self._sync: Any = None
         self._async: Any = None
 
@@ -72,11 +75,13 @@ class TransactionScope:
                 "AsyncSession runs in the asyncio form: `async with producer.transaction("
                 "session) as txn:` and `await txn.send(...)`"
             )
-        self._sync = run_sync(self.producer, self.session, weakref.ref(self))
+        statement = statement_of(self)
+        self._sync = run_sync(self.producer, self.session, statement)
+        statement.generator = weakref.ref(self._sync.gen)
         txn: OutboxTransaction = self._sync.__enter__()
         return txn
 
-    def __exit__(
+    def _exit(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -84,6 +89,8 @@ class TransactionScope:
     ) -> bool | None:
         result: bool | None = self._sync.__exit__(exc_type, exc, tb)
         return result
+
+    __exit__ = StatementExit(_exit)
 
     async def __aenter__(self) -> AsyncOutboxTransaction:
         self._entered()
@@ -93,11 +100,14 @@ class TransactionScope:
                 "block; a synchronous Session runs in `with producer.transaction(session) as "
                 "txn:` (or use an AsyncSession from sqlalchemy.ext.asyncio)"
             )
-        self._async = run_async(self.producer, self.session, weakref.ref(self))
+        statement = statement_of(self)
+        statement.loop = weakref.ref(asyncio.get_running_loop())
+        self._async = run_async(self.producer, self.session, statement)
+        statement.generator = weakref.ref(self._async.gen)
         txn: AsyncOutboxTransaction = await self._async.__aenter__()
         return txn
 
-    async def __aexit__(
+    async def _aexit(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
@@ -105,6 +115,8 @@ class TransactionScope:
     ) -> bool | None:
         result: bool | None = await self._async.__aexit__(exc_type, exc, tb)
         return result
+
+    __aexit__ = StatementExit(_aexit)
 
     def _entered(self) -> None:
         if self._sync is not None or self._async is not None:
@@ -116,11 +128,12 @@ class TransactionScope:
 
 @contextmanager
 def run_sync(
-    producer: TransactionHost, session: SessionSource, scope: weakref.ref[Any] | None = None
+    producer: TransactionHost, session: SessionSource, statement: Statement | None = None
 ) -> Iterator[OutboxTransaction]:
-    """The transaction of a ``with`` statement; ``scope`` refers (weakly: the statement holds
-    it) to the :class:`TransactionScope` it runs in, so that a later one never joins it once
-    the statement is left (:func:`outbox.nesting.abandoned`)."""
+    """The transaction of a ``with`` statement; ``statement`` is what it knows of the
+    statement, so that a later one never joins it once the statement is left, and ends it
+    (:mod:`outbox.left_scopes`)."""
+    end_left(current.get())
     outer = joined(OutboxTransaction, Session, session, "synchronous")
     if outer is not None:
         yield outer
@@ -129,8 +142,8 @@ def run_sync(
     refuse_sharded(db)
     txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
     txn.session = db
-    if scope is not None:
-        opened_by(txn, scope)
+    if statement is not None:
+        opened_by(txn, statement)
     commit_began = discarded = False
     # Set up inside the try, so that an exception raised just after (a signal handler's) still
     # ends this transaction: left current and unended in the caller's context, it would be

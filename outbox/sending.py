@@ -23,8 +23,9 @@ from typing import Any
 from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import NoActiveTransactionError
+from outbox.left_scopes import abandoned
 from outbox.message import Headers, Message, Serializer
-from outbox.nesting import abandoned, current
+from outbox.nesting import current
 from outbox.protocol.half import HalfMessage
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
@@ -158,7 +159,7 @@ def current_transaction() -> OutboxTransaction | AsyncOutboxTransaction:
         NoActiveTransactionError: there is none.
     """
     txn = current.get()
-    if txn is None or abandoned(txn):  # left: see outbox.nesting.abandoned
+    if txn is None or abandoned(txn):  # left: see outbox.left_scopes
         raise NoActiveTransactionError(
             "outbox.send() was called outside a transaction; call it inside a function decorated "
             "with @outbox.transactional or inside `with producer.transaction(...)` (`async with` "

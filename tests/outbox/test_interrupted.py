@@ -27,7 +27,12 @@ interrupt after that COMMIT leaves no op, and the listener's check must answer i
 The asyncio forms run each call in a task of its own, as a server runs each request, and all
 calls in one task, as a worker's loop does; the latter fails without the fix that keeps a later
 transaction from joining one whose scope's exit was interrupted before any of its code ran
-(``outbox.nesting.abandoned``): the next call returned without committing.
+(``outbox.left_scopes``): the next call returned without committing.
+
+``with``, and ``async with`` in one task, also run keeping every exception until the last call
+has returned, as a task queue keeps a failed task's. A kept traceback keeps a scope left at its
+exit alive, with its session and locks: the next call must end that transaction, neither join it
+nor wait on its locks.
 """
 
 from __future__ import annotations
@@ -131,13 +136,19 @@ def checks_signals(frame: FrameType) -> bool:
 Met = dict[str, tuple[str | None, type[BaseException] | None]]
 
 
-def traced(tracer: Interrupt, run: Callable[[], Any]) -> type[BaseException] | None:
-    """What ``run()`` raised under ``tracer`` (None: it returned). Its type only: the error
-    would keep the frames it passed alive, with the transaction's session and connection."""
+def traced(
+    tracer: Interrupt, run: Callable[[], Any], kept: list[BaseException] | None = None
+) -> type[BaseException] | None:
+    """What ``run()`` raised under ``tracer`` (None: it returned). Its type only, unless
+    ``kept`` is given: the error keeps the frames it passed alive, with what they hold (a scope
+    left at its exit, its session and connection), as a task queue keeping a failed task's
+    exception does."""
     sys.setprofile(tracer)
     try:
         run()
     except BaseException as err:
+        if kept is not None:
+            kept.append(err)
         return type(err)
     finally:
         sys.setprofile(None)
@@ -145,16 +156,20 @@ def traced(tracer: Interrupt, run: Callable[[], Any]) -> type[BaseException] | N
 
 
 async def traced_async(
-    tracer: Interrupt, run: Callable[[], Coroutine[Any, Any, None]]
+    tracer: Interrupt,
+    run: Callable[[], Coroutine[Any, Any, None]],
+    kept: list[BaseException] | None = None,
 ) -> type[BaseException] | None:
     """What ``await run()`` raised under ``tracer`` (:func:`traced`), run in a task of its own
     as a server runs each request: with its own copy of the context."""
 
-    return await asyncio.create_task(traced_in_this_task(tracer, run))
+    return await asyncio.create_task(traced_in_this_task(tracer, run, kept))
 
 
 async def traced_in_this_task(
-    tracer: Interrupt, run: Callable[[], Coroutine[Any, Any, None]]
+    tracer: Interrupt,
+    run: Callable[[], Coroutine[Any, Any, None]],
+    kept: list[BaseException] | None = None,
 ) -> type[BaseException] | None:
     """What ``await run()`` raised under ``tracer``, counting this task's points only."""
     tracer.task = asyncio.current_task()
@@ -162,6 +177,8 @@ async def traced_in_this_task(
     try:
         await run()
     except BaseException as err:
+        if kept is not None:
+            kept.append(err)
         return type(err)
     finally:
         sys.setprofile(None)
@@ -250,15 +267,19 @@ def async_forms(
     return {"async with": in_async_context, "AsyncTransactionalProducer": rocketmq}
 
 
-def interrupt_every_point(place: Callable[[str], None], exc: type[BaseException]) -> Met:
-    """``place`` run once per point it passes, interrupted there: what each order met."""
+def interrupt_every_point(
+    place: Callable[[str], None], exc: type[BaseException], *, keep: bool = False
+) -> Met:
+    """``place`` run once per point it passes, interrupted there: what each order met. With
+    ``keep``, every exception is kept until the last call has returned."""
     counting = Interrupt(None, exc)
     assert traced(counting, lambda: place(f"count-{uuid.uuid4().hex[:8]}")) is None
     met: Met = {}
+    kept: list[BaseException] | None = [] if keep else None
     for at in range(1, counting.points + 2):  # and one past the last: not interrupted
         order = f"at{at}-{uuid.uuid4().hex[:8]}"
         tracer = Interrupt(at, exc)
-        raised = traced(tracer, functools.partial(place, order))
+        raised = traced(tracer, functools.partial(place, order), kept)
         met[order] = (tracer.where, raised)
     return met
 
@@ -268,6 +289,7 @@ async def interrupt_every_point_async(
     exc: type[BaseException],
     *,
     one_task: bool = False,
+    keep: bool = False,
 ) -> Met:
     """:func:`interrupt_every_point` in asyncio: each call in a task of its own, as a server
     runs each request, or (``one_task``) all in this task, as a worker's loop takes one job
@@ -276,10 +298,11 @@ async def interrupt_every_point_async(
     counting = Interrupt(None, exc)
     assert await traced_here(counting, lambda: place(f"count-{uuid.uuid4().hex[:8]}")) is None
     met: Met = {}
+    kept: list[BaseException] | None = [] if keep else None
     for at in range(1, counting.points + 2):
         order = f"at{at}-{uuid.uuid4().hex[:8]}"
         tracer = Interrupt(at, exc)
-        raised = await traced_here(tracer, functools.partial(place, order))
+        raised = await traced_here(tracer, functools.partial(place, order), kept)
         met[order] = (tracer.where, raised)
     return met
 
@@ -327,12 +350,13 @@ def any_op_producer(request: pytest.FixtureRequest) -> OutboxProducer:
 
 
 @pytest.mark.parametrize(
-    ("form", "any_op_producer"),
+    ("form", "any_op_producer", "errors"),
     [
-        ("with", "op-acknowledged"),
-        ("with", "op-one-way"),
-        ("decorator", "op-acknowledged"),
-        ("TransactionalProducer", "op-acknowledged"),
+        ("with", "op-acknowledged", "dropped"),
+        ("with", "op-one-way", "dropped"),
+        ("decorator", "op-acknowledged", "dropped"),
+        ("TransactionalProducer", "op-acknowledged", "dropped"),
+        ("with", "op-acknowledged", "kept"),
     ],
     indirect=["any_op_producer"],
 )
@@ -343,13 +367,14 @@ def test_an_interrupt_at_any_point_of_a_sync_transaction_never_splits_row_and_me
     engine: sa.Engine,
     topics: Topics,
     form: str,
+    errors: str,
 ) -> None:
     producer = any_op_producer
     producer.serve_checks(engine=engine, secret=SECRET)
     with pipeline(kafka_bootstrap, topics) as running:
         place = sync_forms(producer, session_factory, running.topic)[form]
         place(f"warm-{uuid.uuid4().hex[:8]}")
-        met = interrupt_every_point(place, KeyboardInterrupt)
+        met = interrupt_every_point(place, KeyboardInterrupt, keep=errors == "kept")
         assert_rows_and_messages_agree(running, engine, topics, met, KeyboardInterrupt)
 
 
@@ -361,6 +386,7 @@ def test_an_interrupt_at_any_point_of_a_sync_transaction_never_splits_row_and_me
         ("AsyncTransactionalProducer", "op-acknowledged", "task-per-call"),
         ("async with", "op-acknowledged", "one-task"),
         ("AsyncTransactionalProducer", "op-acknowledged", "one-task"),
+        ("async with", "op-acknowledged", "one-task-errors-kept"),
     ],
     indirect=["any_op_producer"],
 )
@@ -386,7 +412,10 @@ def test_an_interrupt_at_any_point_of_an_asyncio_transaction_never_splits_row_an
             place = async_forms(producer, factory, session_factory, topic)[form]
             await place(f"warm-{uuid.uuid4().hex[:8]}")
             met = await interrupt_every_point_async(
-                place, Interrupted, one_task=tasks == "one-task"
+                place,
+                Interrupted,
+                one_task=tasks.startswith("one-task"),
+                keep=tasks.endswith("errors-kept"),
             )
             await asyncio.sleep(0.1)  # the loop finalises what an interrupt left behind
             return met

@@ -1,29 +1,36 @@
-"""A scope left without its exit running is never joined (``outbox.nesting.abandoned``).
+"""A scope left without its exit running is never joined (``outbox.left_scopes``).
 
 A signal handler's exception raised as a scope's exit begins (at the start of ``__aexit__``,
 before any of its code) leaves the ``with`` or ``async with`` statement without ending the
 transaction, which stays current in the caller's context. In asyncio its cleanup comes only on
 the event loop's next turn, so a task going straight on to its next transaction (a worker's loop)
 joined the dead one: that next transaction returned as if committed, and never was. These tests
-leave a scope that way directly (entered, then dropped), where
-``test_interrupted.py`` gets there by interrupting every point.
+leave a scope that way directly (entered, then dropped), or raise at the start of its exit and
+keep the exception, as a task queue keeping a failed task's exception does (the traceback holds
+the exit's frame, and with it the scope), where ``test_interrupted.py`` gets there by
+interrupting every point.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import sys
 import uuid
+from types import FrameType
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import sessionmaker
 
 import outbox
 from outbox import NoActiveTransactionError, OutboxProducer
 from tests.checker.test_checker import SECRET
-from tests.outbox.test_asyncio import async_factory
+from tests.outbox.test_asyncio import async_factory, async_url
+from tests.outbox.test_interrupted import Interrupted
 from tests.pipeline import Pipeline, pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
@@ -140,6 +147,157 @@ def test_an_async_scope_still_running_is_joined_by_the_scopes_nested_in_it(
                     assert nested.session is not None
                     await nested.session.execute(orders.insert().values(id=placed[1], amount=1))
                 await called(placed[2])
+
+    with pipeline(kafka_bootstrap, topics) as running:
+        asyncio.run(run(running.topic))
+        assert len(set(txn_ids)) == 1, "one transaction"
+        assert running.decided(txn_ids) == {txn_ids[0]: "COMMIT"}
+        assert set(order_ids(engine)) >= set(placed)
+        delivered = running.settle(lambda: set(placed))
+        assert {o: delivered[o] for o in placed} == dict.fromkeys(placed, 1)
+
+
+SCOPE = os.path.join(os.path.dirname(outbox.__file__), "scope.py")
+
+
+def interrupt_the_exit() -> None:
+    """Raise at the start of the next Python function called, as a signal handler's exception
+    does: called last in a ``with`` body, that is the start of the statement's exit."""
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            sys.setprofile(None)
+            raise Interrupted(f"{frame.f_code.co_filename}:{frame.f_code.co_qualname}")
+
+    sys.setprofile(profile)
+
+
+def interrupted_the_exit(kept: list[Interrupted]) -> None:
+    """The exception was raised in the scope's exit, and its traceback still holds that frame."""
+    assert [str(err).split(":")[0] for err in kept] == [SCOPE], kept
+    frames = []
+    tb = kept[0].__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert SCOPE in frames, "the traceback holds the exit's frame, and with it the scope"
+
+
+def test_a_scope_left_with_its_exception_kept_is_ended_by_the_next_transaction(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    """The exception kept keeps the left scope, its session and its database transaction: the
+    next transaction in the thread neither joins it nor waits on its locks (SQLite's write lock,
+    a row PostgreSQL holds), and the left one is rolled back there and then."""
+    producer.serve_checks(engine=engine, secret=SECRET)
+    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
+    own = sa.create_engine(db_url)  # its pool shows whether the left session was closed
+    factory = sessionmaker(own)
+    kept: list[Interrupted] = []
+    try:
+        with pipeline(kafka_bootstrap, topics) as running:
+            try:
+                with producer.transaction(factory) as txn:
+                    txn.send(running.topic, left, key=left)
+                    assert txn.session is not None
+                    txn.session.execute(orders.insert().values(id=left, amount=1))
+                    interrupt_the_exit()
+            except Interrupted as err:
+                kept.append(err)
+            with pytest.raises(NoActiveTransactionError):
+                outbox.send(running.topic, "nowhere")
+            with producer.transaction(factory) as txn:
+                txn.send(running.topic, placed, key=placed)
+                assert txn.session is not None
+                txn.session.execute(orders.insert().values(id=placed, amount=1))
+            checked_out = own.pool.checkedout()  # type: ignore[attr-defined]
+            interrupted_the_exit(kept)
+            left_and_next(running, engine, topics, left, placed)
+        assert checked_out == 0, "the left session was closed by the next transaction"
+    finally:
+        own.dispose()
+
+
+def test_an_async_scope_left_with_its_exception_kept_is_ended_by_the_next_transaction(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    """As above, in asyncio: one task, a worker's loop, going straight on."""
+    producer.serve_checks(engine=engine, secret=SECRET)
+    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
+    loop_errors: list[Any] = []
+    kept: list[Interrupted] = []
+    refused: list[str] = []
+    checked_out: list[int] = []
+
+    async def run(topic: str) -> None:
+        asyncio.get_running_loop().set_exception_handler(
+            lambda _, context: loop_errors.append(context.get("exception"))
+        )
+        own = create_async_engine(async_url(db_url))
+        factory = async_sessionmaker(own, expire_on_commit=False)
+        try:
+            try:
+                async with producer.transaction(factory) as txn:
+                    await txn.send(topic, left, key=left)
+                    assert txn.session is not None
+                    await txn.session.execute(orders.insert().values(id=left, amount=1))
+                    interrupt_the_exit()
+            except Interrupted as err:
+                kept.append(err)
+            try:
+                await outbox.send(topic, "nowhere")
+            except NoActiveTransactionError:
+                refused.append("nowhere")
+            async with producer.transaction(factory) as txn:
+                await txn.send(topic, placed, key=placed)
+                assert txn.session is not None
+                await txn.session.execute(orders.insert().values(id=placed, amount=1))
+            checked_out.append(own.pool.checkedout())  # type: ignore[attr-defined]
+        finally:
+            await own.dispose()
+
+    with pipeline(kafka_bootstrap, topics) as running:
+        asyncio.run(run(running.topic))
+        interrupted_the_exit(kept)
+        left_and_next(running, engine, topics, left, placed)
+    assert refused == ["nowhere"], "outbox.send() outside a transaction is refused"
+    assert checked_out == [0], "the left session was closed by the next transaction"
+    assert loop_errors == [], "the left transaction's cleanup failed unseen"
+
+
+def test_a_scope_entered_by_an_async_exit_stack_is_joined_and_commits(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    """An ``AsyncExitStack`` (FastAPI runs dependencies in one) looks the exits up on the type,
+    so no statement token is made: the scope, which the stack holds, stands in for it."""
+    producer.serve_checks(engine=engine, secret=SECRET)
+    placed = [f"{part}-{uuid.uuid4().hex[:8]}" for part in ("stacked", "nested")]
+    txn_ids: list[str] = []
+
+    async def run(topic: str) -> None:
+        async with async_factory(db_url) as factory, contextlib.AsyncExitStack() as stack:
+            txn = await stack.enter_async_context(producer.transaction(factory))
+            txn_ids.append(txn.txn_id)
+            await txn.send(topic, placed[0], key=placed[0])
+            assert txn.session is not None
+            await txn.session.execute(orders.insert().values(id=placed[0], amount=1))
+            await asyncio.sleep(0)
+            async with producer.transaction(factory) as nested:
+                txn_ids.append(nested.txn_id)
+                await outbox.send(topic, placed[1], key=placed[1])
+                await txn.session.execute(orders.insert().values(id=placed[1], amount=1))
 
     with pipeline(kafka_bootstrap, topics) as running:
         asyncio.run(run(running.topic))

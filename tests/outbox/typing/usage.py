@@ -3,6 +3,8 @@ typing mistakes in the decorator's signatures show up here as errors in user cod
 
 from __future__ import annotations
 
+import contextlib
+
 from confluent_kafka.schema_registry import SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.serialization import SerializationContext, StringSerializer
@@ -31,6 +33,9 @@ def setup(producer: OutboxProducer, factory: sessionmaker[Session]) -> None:
         sync_txn: OutboxTransaction = txn
         where: HalfCoordinates = txn.send("orders", b"x")
         print(sync_txn, where)
+    with contextlib.ExitStack() as stack:  # looks the exit up on the type
+        stacked: OutboxTransaction = stack.enter_context(producer.transaction(factory))
+        print(stacked)
 
 
 async def setup_async(producer: OutboxProducer, factory: async_sessionmaker[AsyncSession]) -> None:
@@ -48,6 +53,10 @@ async def setup_async(producer: OutboxProducer, factory: async_sessionmaker[Asyn
         async_txn: AsyncOutboxTransaction = txn
         where: HalfCoordinates = await txn.send("orders", b"x")
         print(async_txn, where)
+    async with contextlib.AsyncExitStack() as stack:
+        stacked = await stack.enter_async_context(producer.transaction(factory))
+        stacked_txn: AsyncOutboxTransaction = stacked
+        print(stacked_txn)
 
 
 def serializers(settings: OutboxSettings, registry: SchemaRegistryClient) -> None:
