@@ -49,69 +49,155 @@ def left_and_next(
     assert delivered[left] == 0
 
 
-def test_an_async_scope_left_without_its_exit_is_not_joined_by_the_next_transaction(
+SCOPE = os.path.join(os.path.dirname(outbox.__file__), "scope.py")
+
+
+def interrupt_the_exit() -> None:
+    """Raise at the start of the next Python function called, as a signal handler's exception
+    does: called last in a ``with`` body, that is the start of the statement's exit."""
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            sys.setprofile(None)
+            raise Interrupted(f"{frame.f_code.co_filename}:{frame.f_code.co_qualname}")
+
+    sys.setprofile(profile)
+
+
+def interrupted_the_exit(err: Interrupted) -> Interrupted:
+    """``err``, raised in the scope's exit, whose traceback holds that frame (and the scope)."""
+    assert str(err).split(":")[0] == SCOPE, err
+    frames = []
+    tb = err.__traceback__
+    while tb is not None:
+        frames.append(tb.tb_frame.f_code.co_filename)
+        tb = tb.tb_next
+    assert SCOPE in frames, "the traceback holds the exit's frame, and with it the scope"
+    return err
+
+
+HOW = ["scope-dropped", "exception-kept"]
+
+
+def leave(producer: OutboxProducer, factory: sessionmaker, topic: str, left: str, how: str) -> Any:
+    """Leave a ``with`` scope without its exit: dropped once entered directly, or raised out of
+    at the start of its exit with the exception kept (returned)."""
+    if how == "scope-dropped":
+        scope = producer.transaction(factory)
+        place(scope.__enter__(), topic, left)
+        return None  # the scope goes with this frame: its generator closes now
+    try:
+        with producer.transaction(factory) as txn:
+            place(txn, topic, left)
+            interrupt_the_exit()
+    except Interrupted as err:
+        return interrupted_the_exit(err)
+    raise AssertionError("not interrupted")
+
+
+async def leave_async(
+    producer: OutboxProducer, factory: Any, topic: str, left: str, how: str
+) -> Any:
+    """:func:`leave` for ``async with``: a dropped scope's generator is finalised by the loop."""
+    if how == "scope-dropped":
+        scope = producer.transaction(factory)
+        await place_async(await scope.__aenter__(), topic, left)
+        return None
+    try:
+        async with producer.transaction(factory) as txn:
+            await place_async(txn, topic, left)
+            interrupt_the_exit()
+    except Interrupted as err:
+        return interrupted_the_exit(err)
+    raise AssertionError("not interrupted")
+
+
+def place(txn: Any, topic: str, order: str) -> None:
+    txn.send(topic, order, key=order)
+    txn.session.execute(orders.insert().values(id=order, amount=1))
+
+
+async def place_async(txn: Any, topic: str, order: str) -> None:
+    await txn.send(topic, order, key=order)
+    await txn.session.execute(orders.insert().values(id=order, amount=1))
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_a_scope_left_without_its_exit_is_ended_not_joined_by_the_next_transaction(
     kafka_bootstrap: str,
     producer: OutboxProducer,
     engine: sa.Engine,
     db_url: str,
     topics: Topics,
+    how: str,
 ) -> None:
+    """A kept exception keeps the left scope, its session and its database transaction: the
+    next transaction in the thread neither joins it nor waits on its locks (SQLite's write lock,
+    a row PostgreSQL holds), and the left one is rolled back there and then."""
+    producer.serve_checks(engine=engine, secret=SECRET)
+    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
+    own = sa.create_engine(db_url)  # its pool shows whether the left session was closed
+    factory = sessionmaker(own)
+    try:
+        with pipeline(kafka_bootstrap, topics) as running:
+            kept = leave(producer, factory, running.topic, left, how)
+            with pytest.raises(NoActiveTransactionError):
+                outbox.send(running.topic, "nowhere")
+            with producer.transaction(factory) as txn:
+                place(txn, running.topic, placed)
+            checked_out = own.pool.checkedout()  # type: ignore[attr-defined]
+            left_and_next(running, engine, topics, left, placed)
+            del kept  # kept until here
+        assert checked_out == 0, "the left session was closed by the next transaction"
+    finally:
+        own.dispose()
+
+
+@pytest.mark.parametrize("how", HOW)
+def test_an_async_scope_left_without_its_exit_is_ended_not_joined_by_the_next_transaction(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+    how: str,
+) -> None:
+    """As above, in asyncio: one task, a worker's loop, going straight on. Dropped, the left
+    scope's generator is finalised on the loop's next turn, after the next transaction has
+    looked for one to join."""
     producer.serve_checks(engine=engine, secret=SECRET)
     left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
     loop_errors: list[Any] = []
+    refused: list[str] = []
+    checked_out: list[int] = []
 
-    async def run(topic: str) -> None:
+    async def run(topic: str) -> Any:
         asyncio.get_running_loop().set_exception_handler(
             lambda _, context: loop_errors.append(context.get("exception"))
         )
-        async with async_factory(db_url) as factory:
-            scope = producer.transaction(factory)
-            txn = await scope.__aenter__()
-            await txn.send(topic, left, key=left)
-            assert txn.session is not None
-            await txn.session.execute(orders.insert().values(id=left, amount=1))
-            del scope, txn  # left: the statement's exit never ran
-            async with producer.transaction(factory) as txn:  # straight on, in the same task
-                await txn.send(topic, placed, key=placed)
-                assert txn.session is not None
-                await txn.session.execute(orders.insert().values(id=placed, amount=1))
+        own = create_async_engine(async_url(db_url))
+        factory = async_sessionmaker(own, expire_on_commit=False)
+        try:
+            kept = await leave_async(producer, factory, topic, left, how)
             try:
                 await outbox.send(topic, "nowhere")
             except NoActiveTransactionError:
                 refused.append("nowhere")
-            await asyncio.sleep(0.1)  # the loop finalises the left one
+            async with producer.transaction(factory) as txn:  # straight on, in the same task
+                await place_async(txn, topic, placed)
+            await asyncio.sleep(0.1)  # the loop finalises a dropped one
+            checked_out.append(own.pool.checkedout())  # type: ignore[attr-defined]
+            return kept
+        finally:
+            await own.dispose()
 
-    refused: list[str] = []
     with pipeline(kafka_bootstrap, topics) as running:
-        asyncio.run(run(running.topic))
+        kept = asyncio.run(run(running.topic))
         left_and_next(running, engine, topics, left, placed)
+        del kept
     assert refused == ["nowhere"], "outbox.send() outside a transaction is refused"
+    assert checked_out == [0], "the left session was closed"
     assert loop_errors == [], "the left transaction's cleanup failed unseen"
-
-
-def test_a_scope_left_without_its_exit_is_not_joined_by_the_next_transaction(
-    kafka_bootstrap: str,
-    producer: OutboxProducer,
-    session_factory: sessionmaker,
-    engine: sa.Engine,
-    topics: Topics,
-) -> None:
-    producer.serve_checks(engine=engine, secret=SECRET)
-    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
-    with pipeline(kafka_bootstrap, topics) as running:
-        scope = producer.transaction(session_factory)
-        txn = scope.__enter__()
-        txn.send(running.topic, left, key=left)
-        assert txn.session is not None
-        txn.session.execute(orders.insert().values(id=left, amount=1))
-        del scope, txn  # left: the statement's exit never ran (its generator closes now)
-        with pytest.raises(NoActiveTransactionError):
-            outbox.send(running.topic, "nowhere")
-        with producer.transaction(session_factory) as txn:
-            txn.send(running.topic, placed, key=placed)
-            assert txn.session is not None
-            txn.session.execute(orders.insert().values(id=placed, amount=1))
-        left_and_next(running, engine, topics, left, placed)
 
 
 def test_an_async_scope_still_running_is_joined_by_the_scopes_nested_in_it(
@@ -155,122 +241,6 @@ def test_an_async_scope_still_running_is_joined_by_the_scopes_nested_in_it(
         assert set(order_ids(engine)) >= set(placed)
         delivered = running.settle(lambda: set(placed))
         assert {o: delivered[o] for o in placed} == dict.fromkeys(placed, 1)
-
-
-SCOPE = os.path.join(os.path.dirname(outbox.__file__), "scope.py")
-
-
-def interrupt_the_exit() -> None:
-    """Raise at the start of the next Python function called, as a signal handler's exception
-    does: called last in a ``with`` body, that is the start of the statement's exit."""
-
-    def profile(frame: FrameType, event: str, arg: Any) -> None:
-        if event == "call":
-            sys.setprofile(None)
-            raise Interrupted(f"{frame.f_code.co_filename}:{frame.f_code.co_qualname}")
-
-    sys.setprofile(profile)
-
-
-def interrupted_the_exit(kept: list[Interrupted]) -> None:
-    """The exception was raised in the scope's exit, and its traceback still holds that frame."""
-    assert [str(err).split(":")[0] for err in kept] == [SCOPE], kept
-    frames = []
-    tb = kept[0].__traceback__
-    while tb is not None:
-        frames.append(tb.tb_frame.f_code.co_filename)
-        tb = tb.tb_next
-    assert SCOPE in frames, "the traceback holds the exit's frame, and with it the scope"
-
-
-def test_a_scope_left_with_its_exception_kept_is_ended_by_the_next_transaction(
-    kafka_bootstrap: str,
-    producer: OutboxProducer,
-    engine: sa.Engine,
-    db_url: str,
-    topics: Topics,
-) -> None:
-    """The exception kept keeps the left scope, its session and its database transaction: the
-    next transaction in the thread neither joins it nor waits on its locks (SQLite's write lock,
-    a row PostgreSQL holds), and the left one is rolled back there and then."""
-    producer.serve_checks(engine=engine, secret=SECRET)
-    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
-    own = sa.create_engine(db_url)  # its pool shows whether the left session was closed
-    factory = sessionmaker(own)
-    kept: list[Interrupted] = []
-    try:
-        with pipeline(kafka_bootstrap, topics) as running:
-            try:
-                with producer.transaction(factory) as txn:
-                    txn.send(running.topic, left, key=left)
-                    assert txn.session is not None
-                    txn.session.execute(orders.insert().values(id=left, amount=1))
-                    interrupt_the_exit()
-            except Interrupted as err:
-                kept.append(err)
-            with pytest.raises(NoActiveTransactionError):
-                outbox.send(running.topic, "nowhere")
-            with producer.transaction(factory) as txn:
-                txn.send(running.topic, placed, key=placed)
-                assert txn.session is not None
-                txn.session.execute(orders.insert().values(id=placed, amount=1))
-            checked_out = own.pool.checkedout()  # type: ignore[attr-defined]
-            interrupted_the_exit(kept)
-            left_and_next(running, engine, topics, left, placed)
-        assert checked_out == 0, "the left session was closed by the next transaction"
-    finally:
-        own.dispose()
-
-
-def test_an_async_scope_left_with_its_exception_kept_is_ended_by_the_next_transaction(
-    kafka_bootstrap: str,
-    producer: OutboxProducer,
-    engine: sa.Engine,
-    db_url: str,
-    topics: Topics,
-) -> None:
-    """As above, in asyncio: one task, a worker's loop, going straight on."""
-    producer.serve_checks(engine=engine, secret=SECRET)
-    left, placed = f"left-{uuid.uuid4().hex[:8]}", f"next-{uuid.uuid4().hex[:8]}"
-    loop_errors: list[Any] = []
-    kept: list[Interrupted] = []
-    refused: list[str] = []
-    checked_out: list[int] = []
-
-    async def run(topic: str) -> None:
-        asyncio.get_running_loop().set_exception_handler(
-            lambda _, context: loop_errors.append(context.get("exception"))
-        )
-        own = create_async_engine(async_url(db_url))
-        factory = async_sessionmaker(own, expire_on_commit=False)
-        try:
-            try:
-                async with producer.transaction(factory) as txn:
-                    await txn.send(topic, left, key=left)
-                    assert txn.session is not None
-                    await txn.session.execute(orders.insert().values(id=left, amount=1))
-                    interrupt_the_exit()
-            except Interrupted as err:
-                kept.append(err)
-            try:
-                await outbox.send(topic, "nowhere")
-            except NoActiveTransactionError:
-                refused.append("nowhere")
-            async with producer.transaction(factory) as txn:
-                await txn.send(topic, placed, key=placed)
-                assert txn.session is not None
-                await txn.session.execute(orders.insert().values(id=placed, amount=1))
-            checked_out.append(own.pool.checkedout())  # type: ignore[attr-defined]
-        finally:
-            await own.dispose()
-
-    with pipeline(kafka_bootstrap, topics) as running:
-        asyncio.run(run(running.topic))
-        interrupted_the_exit(kept)
-        left_and_next(running, engine, topics, left, placed)
-    assert refused == ["nowhere"], "outbox.send() outside a transaction is refused"
-    assert checked_out == [0], "the left session was closed by the next transaction"
-    assert loop_errors == [], "the left transaction's cleanup failed unseen"
 
 
 def test_a_scope_entered_by_an_async_exit_stack_is_joined_and_commits(
