@@ -18,7 +18,7 @@ the statement (``__enter__`` called directly; an ``ExitStack``, which looks the 
 type) has no token, and the scope stands in for it.
 
 **What happens to a left transaction.** It is never joined (:func:`abandoned`), and the next
-transaction opened in its thread (its event loop) ends it (:func:`end_left`,
+transaction opened in its thread (its event loop) of its process ends it (:func:`end_left`,
 :func:`end_left_async`): its generator, still waiting at its ``yield``, is closed as
 finalisation would close it, so the database transaction rolls back, the ROLLBACK op is written
 and the session is closed, before the next one begins.
@@ -30,6 +30,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -45,13 +46,16 @@ R = TypeVar("R")
 
 class Statement:
     """What a transaction knows of the statement that opened it, all weakly: whether it still
-    runs (``alive``), the generator its steps run in, and the thread or event loop it runs in."""
+    runs (``alive``), the generator its steps run in, and the process, thread or event loop it
+    runs in. (A forked child inherits the parent's left statements, with their thread's
+    ident and their connections: those are the parent's to end.)"""
 
-    __slots__ = ("alive", "generator", "loop", "thread")
+    __slots__ = ("alive", "generator", "loop", "pid", "thread")
 
     def __init__(self, alive: weakref.ref[Any]) -> None:
         self.alive = alive
         self.generator: weakref.ref[Any] | None = None
+        self.pid = os.getpid()
         self.thread = threading.get_ident()
         self.loop: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
@@ -122,13 +126,15 @@ def _left(txn: object) -> tuple[Statement, Any] | None:
     statement = _statements.get(txn) if txn is not None else None
     if statement is None or statement.alive() is not None or statement.generator is None:
         return None
+    if statement.pid != os.getpid():
+        return None
     generator = statement.generator()
     return None if generator is None else (statement, generator)
 
 
 def end_left(txn: object) -> None:
-    """End ``txn`` if its statement was left in this thread and its generator still waits at
-    its ``yield``: one running its exit, or finished, is not touched."""
+    """End ``txn`` if its statement was left in this thread of this process and its generator
+    still waits at its ``yield``: one running its exit, or finished, is not touched."""
     left = _left(txn)
     if left is None:
         return

@@ -10,14 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
+import os
 import sys
 import weakref
+from collections.abc import Iterator
 from types import FrameType, TracebackType
 from typing import Any
 
 import pytest
 
-from outbox.left_scopes import Statement, StatementExit, statement_of
+from outbox.left_scopes import (
+    Statement,
+    StatementExit,
+    abandoned,
+    end_left,
+    opened_by,
+    statement_of,
+)
 
 
 class Interrupted(BaseException):
@@ -159,3 +169,41 @@ def test_an_exit_stack_enters_and_exits_the_scope_by_its_type() -> None:
     asyncio.run(run())
     assert scope.exited == 1
     assert Scope.__exit__ is Scope.__dict__["__exit__"], "the type gets the descriptor"
+
+
+def test_a_forked_child_leaves_the_parents_left_transactions_to_the_parent() -> None:
+    """A child forked while a statement lay left inherits it, with its thread's ident and its
+    connection: ending it there would roll back over the parent's connection."""
+    ended: list[int] = []
+
+    def steps() -> Iterator[None]:
+        try:
+            yield
+        finally:
+            ended.append(os.getpid())
+
+    class Txn:
+        txn_id = "t"
+
+    def leave() -> tuple[Txn, Iterator[None]]:
+        txn, generator = Txn(), steps()
+        next(generator)  # at its yield, as a scope's steps wait for the statement's body
+        statement = Statement(weakref.ref(Scope()))  # a statement already gone
+        statement.generator = weakref.ref(generator)
+        opened_by(txn, statement)
+        assert abandoned(txn)
+        return txn, generator
+
+    txn, generator = leave()
+    pid = os.fork()
+    if pid == 0:  # the child: tries to end it, then exits without the parent's clean-up
+        code = 2
+        try:
+            end_left(txn)
+            code = 1 if ended else 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0, "the child ended the parent's transaction"
+    end_left(txn)  # the parent's own
+    assert ended == [os.getpid()]
+    assert inspect.getgeneratorstate(generator) == inspect.GEN_CLOSED
