@@ -357,6 +357,7 @@ def any_op_producer(request: pytest.FixtureRequest) -> OutboxProducer:
         ("decorator", "op-acknowledged", "dropped"),
         ("TransactionalProducer", "op-acknowledged", "dropped"),
         ("with", "op-acknowledged", "kept"),
+        ("decorator", "op-acknowledged", "kept"),
     ],
     indirect=["any_op_producer"],
 )
