@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from confluent_kafka import Producer
+from confluent_kafka.admin import ClusterMetadata  # type: ignore[attr-defined]
 
 from outbox.errors import (
     HalfSendError,
@@ -36,6 +37,7 @@ from outbox.kafka_logging import log_to_python
 from outbox.metrics import ProducerMetrics
 from outbox.op_writer import OpWriter
 from outbox.protocol.op import OpRecord
+from outbox.protocol.topics import TopicNames
 from outbox.settings import OutboxSettings
 
 log = logging.getLogger("outbox")
@@ -152,7 +154,8 @@ class KafkaIO:
         """Partition count of the half topic, as the broker reports it.
 
         Raises:
-            KafkaOperationError: the half or op topic does not exist.
+            KafkaOperationError: the half or op topic does not exist (or this client may not
+                describe it), or the broker reported an error for its metadata.
             TopicMismatchError: they have different partition counts. A transaction's op goes
                 to the partition of its half records, and a relay or checker handles only the
                 partitions both topics have: transactions on the others would never be
@@ -165,25 +168,7 @@ class KafkaIO:
             metadata = self._p.list_topics(timeout=self.settings.send_timeout_s)
         except Exception as err:
             raise HalfSendError(f"cannot read metadata of {names.half}: {err}") from err
-        counts = {}
-        for topic in (names.half, names.op):
-            found = metadata.topics.get(topic)
-            if found is None or found.error is not None or not found.partitions:
-                raise KafkaOperationError(
-                    f"internal topic {topic} does not exist; run outbox.ensure_topics(settings) "
-                    "(or `kafka-outbox topics ensure`) first"
-                )
-            counts[topic] = len(found.partitions)
-        if counts[names.half] != counts[names.op]:
-            raise TopicMismatchError(
-                f"{names.half} has {counts[names.half]} partitions and {names.op} has "
-                f"{counts[names.op]}: they must be equal (a transaction's op goes to the "
-                "partition of its half records, and relays and checkers handle only the "
-                "partitions both topics have). The counts are fixed for good: start a fresh "
-                "topic_prefix and keep a relay and a checker on this one until "
-                '`kafka-outbox status` shows nothing pending (README "Topics"); nothing was sent'
-            )
-        return counts[names.half]
+        return internal_partitions(metadata, names)
 
     def _check_open(self) -> None:
         if self._closed.is_set():
@@ -204,3 +189,41 @@ class KafkaIO:
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
+
+
+def internal_partitions(metadata: ClusterMetadata, names: TopicNames) -> int:
+    """The half topic's partition count, from a listing of every topic the client may see.
+
+    A topic missing from that listing does not exist or is hidden from this client: a broker
+    with ACLs lists only the topics the client may Describe. A topic listed with an error (a
+    leader election, a topic being created or deleted) exists, and "create it" would be the
+    wrong fix, so its error is named instead, as ``kafka_error``.
+    """
+    counts = {}
+    for topic in (names.half, names.op):
+        found = metadata.topics.get(topic)
+        if found is not None and found.error is not None:
+            raise KafkaOperationError(
+                f"the broker reported {found.error.name()} for internal topic {topic} "
+                f"({found.error.str()}); a retriable error passes once the cluster settles "
+                "(retry the transaction), any other needs the operator",
+                found.error,
+            )
+        if found is None or not found.partitions:
+            raise KafkaOperationError(
+                f"internal topic {topic} does not exist; run outbox.ensure_topics(settings) "
+                "(or `kafka-outbox topics ensure`) first. If it exists, this client may not "
+                "see it (a broker with ACLs lists only the topics a principal may Describe): "
+                "grant the producer's principal Describe and Write on the half and op topics"
+            )
+        counts[topic] = len(found.partitions)
+    if counts[names.half] != counts[names.op]:
+        raise TopicMismatchError(
+            f"{names.half} has {counts[names.half]} partitions and {names.op} has "
+            f"{counts[names.op]}: they must be equal (a transaction's op goes to the "
+            "partition of its half records, and relays and checkers handle only the "
+            "partitions both topics have). The counts are fixed for good: start a fresh "
+            "topic_prefix and keep a relay and a checker on this one until "
+            '`kafka-outbox status` shows nothing pending (README "Topics"); nothing was sent'
+        )
+    return counts[names.half]
