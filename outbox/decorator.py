@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
 
 from outbox.errors import ConfigurationError, WrongFormError
-from outbox.nesting import SessionSource, is_async_session, is_sync_session
+from outbox.nesting import SessionSource, is_async_session, is_sync_session, resolved
 from outbox.producer import AsyncSessionSource, OutboxProducer
 
 P = ParamSpec("P")
@@ -134,7 +134,7 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
                 "call outbox.configure(producer=..., session_factory=...) at start-up or pass "
                 "them as options of the decorator"
             )
-        session = given if given is not None else factory
+        session = resolved(given if given is not None else factory)  # scoped: its session
         _check_form(fn, session, asynchronous)
         return producer, session, given
 

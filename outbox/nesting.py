@@ -2,7 +2,8 @@
 
 A scope opened inside another of the same form joins it (``current``: the transaction this
 thread or task is inside); otherwise it runs a new one on the session it was given, or on one
-it makes from a factory (and then closes). Both forms - ``with`` for a ``Session``, ``async
+it makes from a factory (and then closes). A scoped session (:func:`resolved`) is the session
+it names, not a factory. Both forms - ``with`` for a ``Session``, ``async
 with`` for an ``AsyncSession`` - decide it here, and refuse the other form's sessions naming
 the form that fits.
 """
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import ConfigurationError, WrongFormError
@@ -40,6 +41,28 @@ def reset(token: Token[Any]) -> None:
     session's guard and connection) must still run."""
     with contextlib.suppress(ValueError):
         current.reset(token)
+
+
+def resolved(session: Any) -> Any:
+    """A scoped session (``scoped_session``: Flask-SQLAlchemy's ``db.session``;
+    ``async_scoped_session``) as the session it names now, the current thread's or task's; any
+    other session or factory as it is.
+
+    The caller's code reaches that session through the registry as well (``db.session.add``),
+    so it is the caller's session, given: called as a factory instead, the outbox would close
+    it at the end, detaching the caller's objects, and a nested transaction given it could not
+    tell it from another session than the one it joins, whose writes would then commit apart
+    from the messages (or never).
+    """
+    if isinstance(session, scoped_session):
+        return session()
+    try:
+        from sqlalchemy.ext.asyncio import async_scoped_session
+    except ImportError:  # pragma: no cover - as in is_async_session
+        return session
+    if isinstance(session, async_scoped_session):
+        return session()
+    return session
 
 
 def is_async_session(session: object) -> bool:

@@ -46,6 +46,7 @@ from outbox.nesting import (
     joined,
     opened,
     reset,
+    resolved,
 )
 from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
@@ -69,14 +70,15 @@ class TransactionScope:
 
     def __enter__(self) -> OutboxTransaction:
         self._entered()
-        if is_async_session(self.session):
+        session = resolved(self.session)  # a scoped session names this thread's session
+        if is_async_session(session):
             raise WrongFormError(
-                f"producer.transaction() was given {described(self.session)} in a `with` block; an "
+                f"producer.transaction() was given {described(session)} in a `with` block; an "
                 "AsyncSession runs in the asyncio form: `async with producer.transaction("
                 "session) as txn:` and `await txn.send(...)`"
             )
         statement = statement_of(self)
-        self._sync = run_sync(self.producer, self.session, statement)
+        self._sync = run_sync(self.producer, session, statement)
         statement.generator = weakref.ref(self._sync.gen)
         txn: OutboxTransaction = self._sync.__enter__()
         return txn
@@ -94,15 +96,16 @@ class TransactionScope:
 
     async def __aenter__(self) -> AsyncOutboxTransaction:
         self._entered()
-        if is_sync_session(self.session):
+        session = resolved(self.session)  # a scoped session names this task's session
+        if is_sync_session(session):
             raise WrongFormError(
-                f"producer.transaction() was given {described(self.session)} in an `async with` "
+                f"producer.transaction() was given {described(session)} in an `async with` "
                 "block; a synchronous Session runs in `with producer.transaction(session) as "
                 "txn:` (or use an AsyncSession from sqlalchemy.ext.asyncio)"
             )
         statement = statement_of(self)
         statement.loop = weakref.ref(asyncio.get_running_loop())
-        self._async = run_async(self.producer, self.session, statement)
+        self._async = run_async(self.producer, session, statement)
         statement.generator = weakref.ref(self._async.gen)
         txn: AsyncOutboxTransaction = await self._async.__aenter__()
         return txn

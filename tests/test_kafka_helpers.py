@@ -11,6 +11,7 @@ from tests.kafka_helpers import create_topic, set_topic_config, unique
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.scale  # 100 fresh topics, ~18 s: the race it guards showed in 1 of 150
 def test_a_topic_setting_is_in_force_when_set_topic_config_returns(kafka_bootstrap: str) -> None:
     """Tests that make the broker refuse a send (``max.message.bytes``) send at once after the
     change, so the broker must have the new setting by then. The controller acknowledges a change
