@@ -259,12 +259,21 @@ def async_forms(
             assert txn.session is not None
             await txn.session.execute(orders.insert().values(id=order, amount=1))
 
+    @outbox.transactional(producer=producer, session_factory=factory)
+    async def decorated(order: str, *, session: AsyncSession) -> None:
+        await outbox.send(topic, order, key=order)
+        await session.execute(orders.insert().values(id=order, amount=1))
+
     sender = AsyncTransactionalProducer(producer, AsyncOrdersListener(factory, sync_factory))
 
     async def rocketmq(order: str) -> None:
         await sender.send_message_in_transaction(Message(topic, order.encode(), key=order), order)
 
-    return {"async with": in_async_context, "AsyncTransactionalProducer": rocketmq}
+    return {
+        "async with": in_async_context,
+        "async decorator": decorated,
+        "AsyncTransactionalProducer": rocketmq,
+    }
 
 
 def interrupt_every_point(
@@ -388,6 +397,8 @@ def test_an_interrupt_at_any_point_of_a_sync_transaction_never_splits_row_and_me
         ("async with", "op-acknowledged", "one-task"),
         ("AsyncTransactionalProducer", "op-acknowledged", "one-task"),
         ("async with", "op-acknowledged", "one-task-errors-kept"),
+        ("async decorator", "op-acknowledged", "task-per-call"),
+        ("async decorator", "op-acknowledged", "one-task-errors-kept"),
     ],
     indirect=["any_op_producer"],
 )
