@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.commit_failure import commit_failed, discard_connections_async
-from outbox.database_transaction import require_own_transaction
+from outbox.database_transaction import begin_unless_automatic, require_own_transaction
 from outbox.evidence import write_evidence, write_while_sending
 from outbox.left_scopes import Statement, end_left_async, opened_by
 from outbox.logs import fields
@@ -71,6 +71,7 @@ async def run_async(
         else:
             require_own_transaction(db.sync_session, guard)
         watch_held(db.sync_session, guard)
+        begin_unless_automatic(db.sync_session)
         yield txn
         await txn.close()
         txn.check_awaited()

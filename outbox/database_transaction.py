@@ -73,6 +73,17 @@ def require_own_transaction(session: Session, guard: SessionGuard) -> None:
         _refuse(guard, session, _Held(bind, external, checked_out=False))
 
 
+def begin_unless_automatic(session: Session) -> None:
+    """Begin ``session``'s transaction when it would not begin one itself
+    (``Session(autobegin=False)``, or a ``sessionmaker`` made with it): the outbox transaction
+    is that database transaction, and without it the caller's first statement and the evidence
+    row fail ("Autobegin is disabled on this Session"). Called after the checks of
+    :func:`require_own_transaction`, which read a begun session as one the caller began.
+    No connection is checked out: beginning a session does not connect it."""
+    if not session.in_transaction() and not getattr(session, "autobegin", True):
+        session.begin()
+
+
 def commits_each_statement(connection: sa.Connection) -> bool:
     """Whether ``connection``'s DBAPI connection is in autocommit mode, without a round trip.
 

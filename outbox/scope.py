@@ -32,7 +32,7 @@ from outbox import tracing
 from outbox.async_scope import run_async
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.commit_failure import commit_failed, discard_connections
-from outbox.database_transaction import require_own_transaction
+from outbox.database_transaction import begin_unless_automatic, require_own_transaction
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.evidence import write_evidence, write_while_sending
 from outbox.left_scopes import Statement, StatementExit, end_left, opened_by, statement_of
@@ -158,6 +158,7 @@ def run_sync(
         token = current.set(txn)
         require_own_transaction(db, guard)
         watch_held(db, guard)
+        begin_unless_automatic(db)
         yield txn
         txn.committing()  # no COMMIT before every half record is acknowledged
         txn.check_whole()

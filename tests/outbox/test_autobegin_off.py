@@ -1,0 +1,105 @@
+"""Sessions made with ``autobegin=False`` (SQLAlchemy 2's explicit-transaction style): the outbox
+transaction is their database transaction, so the outbox begins it.
+
+Before, every such transaction failed at its first statement, the caller's or the evidence
+row's ("Autobegin is disabled on this Session"), and a factory's caller had no place to call
+``session.begin()``. Each form ends with the rows in the database and what a ``read_committed``
+consumer reads from the real topic agreeing, one message per committed row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.orm import Session, sessionmaker
+
+import outbox
+from outbox import OutboxProducer
+from tests.checker.test_checker import SECRET
+from tests.outbox.test_asyncio import async_url
+from tests.pipeline import pipeline
+from tests.producer_fixtures import Topics, order_ids, orders
+
+pytestmark = pytest.mark.integration
+
+
+class Declined(Exception):
+    pass
+
+
+def new_id(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def test_sessions_without_autobegin_commit_rows_and_messages_together(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    producer.serve_checks(engine=engine, secret=SECRET)
+    explicit = sessionmaker(engine, autobegin=False)
+    committed: list[str] = []
+    declined: list[str] = []
+
+    with pipeline(kafka_bootstrap, topics) as running:
+        topic = running.topic
+
+        @outbox.transactional(producer=producer, session_factory=explicit)
+        def place(order_id: str, *, session: Session, decline: bool = False) -> None:
+            outbox.send(topic, order_id, key=order_id)  # the evidence row is the first statement
+            session.execute(orders.insert().values(id=order_id, amount=1))
+            if decline:
+                raise Declined(order_id)
+
+        committed.append(new_id("with"))
+        with producer.transaction(explicit) as txn:
+            assert txn.session is not None
+            txn.session.execute(orders.insert().values(id=committed[-1], amount=1))
+            txn.send(topic, committed[-1], key=committed[-1])
+        committed.append(new_id("decorated"))
+        place(committed[-1])
+        declined.append(new_id("declined"))
+        with pytest.raises(Declined):
+            place(declined[-1], decline=True)
+        # a session of the caller's, given and not begun
+        committed.append(new_id("given"))
+        with explicit() as mine:
+            place(committed[-1], session=mine)
+            assert not mine.in_transaction()  # committed: the outbox ended what it began
+
+        async def in_asyncio() -> None:
+            async_engine = create_async_engine(async_url(db_url))
+            factory = async_sessionmaker(async_engine, autobegin=False)
+
+            @outbox.transactional(producer=producer, session_factory=factory)
+            async def place_async(order_id: str, *, session: AsyncSession) -> None:
+                await outbox.send(topic, order_id, key=order_id)
+                await session.execute(orders.insert().values(id=order_id, amount=1))
+
+            try:
+                committed.append(new_id("async-with"))
+                async with producer.transaction(factory) as txn:
+                    assert txn.session is not None
+                    await txn.session.execute(orders.insert().values(id=committed[-1], amount=1))
+                    await txn.send(topic, committed[-1], key=committed[-1])
+                committed.append(new_id("async-decorated"))
+                await place_async(committed[-1])
+            finally:
+                await async_engine.dispose()
+
+        asyncio.run(in_asyncio())
+
+        rows = set(order_ids(engine))
+        assert set(committed) <= rows
+        assert not set(declined) & rows
+        delivered = running.settle(lambda: set(committed))
+        assert {o: delivered[o] for o in committed + declined} == {
+            **dict.fromkeys(committed, 1),
+            **dict.fromkeys(declined, 0),
+        }
