@@ -11,7 +11,7 @@ the form that fits.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
 
@@ -63,6 +63,22 @@ def resolved(session: Any) -> Any:
     if isinstance(session, async_scoped_session):
         return session()
     return session
+
+
+@contextlib.contextmanager
+def outside() -> Iterator[None]:
+    """The block runs in no outbox transaction, whatever its caller is inside.
+
+    The RocketMQ form's local transaction is its own: its listener's answer alone decides the
+    op. Called inside another outbox transaction, a listener that opens its local transaction
+    with ``producer.transaction(...)`` would join that one instead, so its writes would commit
+    (or roll back) with the caller's while the listener's COMMIT delivered the message.
+    """
+    token = current.set(None)
+    try:
+        yield
+    finally:
+        reset(token)
 
 
 def is_async_session(session: object) -> bool:

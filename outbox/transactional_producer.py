@@ -31,6 +31,7 @@ from outbox.checks.listener import CheckingListener
 from outbox.errors import InvalidMessageError
 from outbox.logs import fields
 from outbox.message import Message, MessageView, message_headers
+from outbox.nesting import outside
 from outbox.producer import OutboxProducer
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.states import CheckBy, LocalTransactionState
@@ -138,7 +139,8 @@ class TransactionalProducer:
 
     def _execute(self, txn: OutboxTransaction, msg: Message, arg: Any) -> LocalTransactionState:
         try:
-            state = self.listener.execute_local_transaction(msg, arg)
+            with outside():  # its local transaction is its own, not its caller's
+                state = self.listener.execute_local_transaction(msg, arg)
         except Exception:
             log.exception(
                 "execute_local_transaction of %s raised; state UNKNOWN",
@@ -206,9 +208,11 @@ class AsyncTransactionalProducer:
         execute = self.listener.execute_local_transaction
         try:
             if inspect.iscoroutinefunction(execute):
-                state: Any = await execute(msg, arg)
+                with outside():  # its local transaction is its own, not its caller's
+                    state: Any = await execute(msg, arg)
             else:
-                running = asyncio.ensure_future(asyncio.to_thread(execute, msg, arg))
+                with outside():  # the thread's context is copied from this one
+                    running = asyncio.ensure_future(asyncio.to_thread(execute, msg, arg))
                 try:
                     state = await asyncio.shield(running)
                 except asyncio.CancelledError:
@@ -218,7 +222,8 @@ class AsyncTransactionalProducer:
                     running.add_done_callback(lambda _: release())
                     raise
                 if inspect.isawaitable(state):  # a plain function returning an awaitable
-                    state = await state
+                    with outside():
+                        state = await state
         except Exception:
             log.exception(
                 "execute_local_transaction of %s raised; state UNKNOWN",
