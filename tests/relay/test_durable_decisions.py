@@ -79,7 +79,14 @@ def test_a_thousand_parked_transactions_on_one_partition_hold_back_nothing_else(
     assert set(ordinary) == expected(stream) and max(ordinary.values()) == 1
 
 
-@pytest.mark.parametrize("others", [0, 500], ids=["right-after", "after-500-decisions"])
+@pytest.mark.parametrize(
+    "others",
+    [
+        pytest.param(0, id="right-after"),
+        # 500 decisions between: a bound pushed, ~14 s each (make test-scale)
+        pytest.param(500, id="after-500-decisions", marks=pytest.mark.scale),
+    ],
+)
 @pytest.mark.parametrize("repeat", [OpState.COMMIT, OpState.ROLLBACK])
 def test_a_decision_repeated_after_others_and_a_restart_changes_nothing(
     kafka_bootstrap: str, repeat: OpState, others: int
