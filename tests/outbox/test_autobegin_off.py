@@ -10,7 +10,6 @@ consumer reads from the real topic agreeing, one message per committed row.
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -20,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 import outbox
 from outbox import OutboxProducer
 from tests.checker.test_checker import SECRET
+from tests.kafka_helpers import unique
 from tests.outbox.test_asyncio import async_url
 from tests.pipeline import pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
@@ -29,10 +29,6 @@ pytestmark = pytest.mark.integration
 
 class Declined(Exception):
     pass
-
-
-def new_id(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def test_sessions_without_autobegin_commit_rows_and_messages_together(
@@ -57,18 +53,18 @@ def test_sessions_without_autobegin_commit_rows_and_messages_together(
             if decline:
                 raise Declined(order_id)
 
-        committed.append(new_id("with"))
+        committed.append(unique("with"))
         with producer.transaction(explicit) as txn:
             assert txn.session is not None
             txn.session.execute(orders.insert().values(id=committed[-1], amount=1))
             txn.send(topic, committed[-1], key=committed[-1])
-        committed.append(new_id("decorated"))
+        committed.append(unique("decorated"))
         place(committed[-1])
-        declined.append(new_id("declined"))
+        declined.append(unique("declined"))
         with pytest.raises(Declined):
             place(declined[-1], decline=True)
         # a session of the caller's, given and not begun
-        committed.append(new_id("given"))
+        committed.append(unique("given"))
         with explicit() as mine:
             place(committed[-1], session=mine)
             assert not mine.in_transaction()  # committed: the outbox ended what it began
@@ -83,12 +79,12 @@ def test_sessions_without_autobegin_commit_rows_and_messages_together(
                 await session.execute(orders.insert().values(id=order_id, amount=1))
 
             try:
-                committed.append(new_id("async-with"))
+                committed.append(unique("async-with"))
                 async with producer.transaction(factory) as txn:
                     assert txn.session is not None
                     await txn.session.execute(orders.insert().values(id=committed[-1], amount=1))
                     await txn.send(topic, committed[-1], key=committed[-1])
-                committed.append(new_id("async-decorated"))
+                committed.append(unique("async-decorated"))
                 await place_async(committed[-1])
             finally:
                 await async_engine.dispose()

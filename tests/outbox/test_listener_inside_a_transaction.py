@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import uuid
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -33,7 +31,9 @@ from outbox import (
     TransactionalProducer,
 )
 from tests.checker.test_checker import SECRET
+from tests.kafka_helpers import unique
 from tests.outbox.test_asyncio import async_factory
+from tests.outbox.test_interrupted import OrdersListener
 from tests.pipeline import pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
@@ -46,19 +46,7 @@ class Failed(Exception):
     """The caller's own work failing after the RocketMQ send returned."""
 
 
-class ChecksOrders:
-    """A listener's check: the order's row is there or not."""
-
-    def __init__(self, factory: sessionmaker) -> None:
-        self.factory = factory
-
-    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
-        with self.factory() as session:
-            found = session.scalar(sa.select(orders.c.id).filter_by(id=msg.value.decode()))
-        return COMMIT if found else LocalTransactionState.ROLLBACK
-
-
-class PlacesThroughTheOutbox(ChecksOrders):
+class PlacesThroughTheOutbox(OrdersListener):
     """Its local transaction is an outbox scope (no sends), as code written for the other forms
     would open it."""
 
@@ -73,7 +61,9 @@ class PlacesThroughTheOutbox(ChecksOrders):
         return COMMIT
 
 
-class PlacesThroughTheOutboxAsync(ChecksOrders):
+class PlacesThroughTheOutboxAsync(OrdersListener):
+    """The same as a coroutine listener; its check stays the plain one."""
+
     def __init__(
         self,
         producer: OutboxProducer,
@@ -89,10 +79,6 @@ class PlacesThroughTheOutboxAsync(ChecksOrders):
             assert txn.session is not None
             await txn.session.execute(orders.insert().values(id=arg, amount=1))
         return COMMIT
-
-
-def new_id(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def test_a_listener_inside_another_transaction_runs_its_own_local_transaction(
@@ -116,8 +102,8 @@ def test_a_listener_inside_another_transaction_runs_its_own_local_transaction(
 
         # Given the synchronous form, called inside a transaction that then fails
         sender = TransactionalProducer(producer, PlacesThroughTheOutbox(producer, session_factory))
-        placed.append(new_id("listener"))
-        failed.append(new_id("caller"))
+        placed.append(unique("listener"))
+        failed.append(unique("caller"))
         with pytest.raises(Failed), producer.transaction(session_factory) as txn:
             result = sender.send_message_in_transaction(message(placed[-1]), placed[-1])
             assert result.local_transaction_state is COMMIT
@@ -143,8 +129,8 @@ def test_a_listener_inside_another_transaction_runs_its_own_local_transaction(
                     # one listener per producer group, as in RocketMQ
                     group = dataclasses.replace(outbox_settings, producer_group=f"orders-{n}")
                     async_sender = AsyncTransactionalProducer(grouped(group), listener)
-                    placed.append(new_id(f"async-{type(listener).__name__}"))
-                    failed.append(new_id("async-caller"))
+                    placed.append(unique(f"async-{type(listener).__name__}"))
+                    failed.append(unique("async-caller"))
                     with pytest.raises(Failed):
                         async with producer.transaction(factory) as txn:
                             sent = await async_sender.send_message_in_transaction(

@@ -15,7 +15,6 @@ Each scenario ends as the others in ``tests/outbox`` do: the rows in the databas
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -25,6 +24,7 @@ from sqlalchemy.orm import DeclarativeBase, scoped_session, sessionmaker
 import outbox
 from outbox import OutboxProducer
 from tests.checker.test_checker import SECRET
+from tests.kafka_helpers import unique
 from tests.outbox.test_asyncio import async_url
 from tests.pipeline import pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
@@ -38,10 +38,6 @@ class Base(DeclarativeBase):
 
 class Order(Base):
     __table__ = orders
-
-
-def new_id(name: str) -> str:
-    return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
 def test_a_scoped_session_is_the_session_it_names_in_every_form(
@@ -66,9 +62,9 @@ def test_a_scoped_session_is_the_session_it_names_in_every_form(
             outbox.send(topic, order_id, key=order_id)
 
         # Given the registry as the decorator's factory and as the `with` block's session
-        committed.append(new_id("decorated"))
+        committed.append(unique("decorated"))
         place(committed[-1])
-        committed.append(new_id("with"))
+        committed.append(unique("with"))
         with producer.transaction(registry) as txn:
             order = Order(id=committed[-1], amount=1)
             registry.add(order)
@@ -79,7 +75,7 @@ def test_a_scoped_session_is_the_session_it_names_in_every_form(
         assert order in registry() and order.amount == 1
 
         # A nested call through the same registry joins: one COMMIT for both
-        committed += [new_id("outer-same"), new_id("nested-same")]
+        committed += [unique("outer-same"), unique("nested-same")]
         with producer.transaction(registry) as txn:
             registry.add(Order(id=committed[-2], amount=1))
             txn.send(topic, committed[-2], key=committed[-2])
@@ -87,7 +83,7 @@ def test_a_scoped_session_is_the_session_it_names_in_every_form(
 
         # A nested call through the registry inside a transaction on another session is
         # refused, and the outer one rolls back: nothing is committed or delivered
-        refused += [new_id("outer-other"), new_id("nested-other")]
+        refused += [unique("outer-other"), unique("nested-other")]
         with (
             pytest.raises(outbox.ConfigurationError, match="another session"),
             producer.transaction(session_factory) as txn,
@@ -111,16 +107,16 @@ def test_a_scoped_session_is_the_session_it_names_in_every_form(
                 await outbox.send(topic, order_id, key=order_id)
 
             try:
-                committed.append(new_id("async-decorated"))
+                committed.append(unique("async-decorated"))
                 await place_async(committed[-1])
-                committed.append(new_id("async-with"))
+                committed.append(unique("async-with"))
                 async with producer.transaction(tasks) as txn:
                     order = Order(id=committed[-1], amount=1)
                     tasks.add(order)
                     await txn.send(topic, order.id, key=order.id)
                 assert txn.session is tasks()
                 assert order in tasks()  # not closed: the caller's object still attached
-                refused.append(new_id("async-nested-other"))
+                refused.append(unique("async-nested-other"))
                 with pytest.raises(outbox.ConfigurationError, match="another session"):
                     async with producer.transaction(async_sessionmaker(async_engine)) as txn:
                         await txn.send(topic, refused[-1], key=refused[-1])
