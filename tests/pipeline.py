@@ -74,6 +74,18 @@ class Pipeline:
         time.sleep(2)
         return self.delivered()
 
+    def agree(self, rows: Iterable[str], committed: list[str], refused: list[str]) -> None:
+        """Every ``committed`` order has its row and its message once; every ``refused`` one
+        neither (``rows``: the order ids in the database)."""
+        rows = set(rows)
+        assert set(committed) <= rows
+        assert not set(refused) & rows
+        delivered = self.settle(lambda: set(committed))
+        assert {o: delivered[o] for o in committed + refused} == {
+            **dict.fromkeys(committed, 1),
+            **dict.fromkeys(refused, 0),
+        }
+
 
 @contextmanager
 def pipeline(bootstrap: str, topics: Topics, **checker: object) -> Iterator[Pipeline]:
