@@ -40,6 +40,10 @@ class Order(Base):
     __table__ = orders
 
 
+class Declined(Exception):
+    pass
+
+
 def test_a_scoped_session_is_the_session_it_names_in_every_form(
     kafka_bootstrap: str,
     producer: OutboxProducer,
@@ -57,12 +61,20 @@ def test_a_scoped_session_is_the_session_it_names_in_every_form(
         topic = running.topic
 
         @outbox.transactional(producer=producer, session_factory=registry)
-        def place(order_id: str) -> None:
+        def place(order_id: str, *, decline: bool = False) -> None:
             registry.add(Order(id=order_id, amount=1))  # the registry, as Flask code writes
             outbox.send(topic, order_id, key=order_id)
+            if decline:
+                raise Declined(order_id)
 
         # Given the registry as the decorator's factory and as the `with` block's session
         committed.append(unique("decorated"))
+        place(committed[-1])
+        # a call that raises rolls back, and leaves the open session usable for the next one
+        refused.append(unique("declined"))
+        with pytest.raises(Declined):
+            place(refused[-1], decline=True)
+        committed.append(unique("after-declined"))
         place(committed[-1])
         committed.append(unique("with"))
         with producer.transaction(registry) as txn:
@@ -89,9 +101,9 @@ def test_a_scoped_session_is_the_session_it_names_in_every_form(
             producer.transaction(session_factory) as txn,
         ):
             assert txn.session is not None
-            txn.session.execute(orders.insert().values(id=refused[0], amount=1))
-            txn.send(topic, refused[0], key=refused[0])
-            place(refused[1])
+            txn.session.execute(orders.insert().values(id=refused[-2], amount=1))
+            txn.send(topic, refused[-2], key=refused[-2])
+            place(refused[-1])
         registry.remove()
 
         # The same in asyncio, with a registry keyed by the current task
