@@ -41,7 +41,7 @@ async def run_async(
     from sqlalchemy.ext.asyncio import AsyncSession
 
     await end_left_async(current.get())
-    outer = joined(AsyncOutboxTransaction, AsyncSession, session, "asyncio")
+    outer = joined(AsyncOutboxTransaction, AsyncSession, session, "asyncio", producer)
     if outer is not None:
         yield outer
         return

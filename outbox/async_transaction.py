@@ -56,6 +56,11 @@ class AsyncOutboxTransaction:
         self.unawaited: set[object] = set()
 
     @property
+    def producer(self) -> TransactionHost:
+        """The producer that opened it, whose clients and serializers its sends use."""
+        return self.core.producer
+
+    @property
     def txn_id(self) -> str:
         return self.core.txn_id
 

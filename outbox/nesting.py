@@ -11,6 +11,7 @@ the form that fits.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.left_scopes import abandoned
-from outbox.transaction import OutboxTransaction
+from outbox.transaction import OutboxTransaction, TransactionHost
 
 T = TypeVar("T", OutboxTransaction, AsyncOutboxTransaction)
 S = TypeVar("S")
@@ -100,12 +101,15 @@ def described(session: object) -> str:
     return f"a {type(session).__module__}.{type(session).__qualname__}"
 
 
-def joined(form: type[T], session_type: type, session: object, name: str) -> T | None:
+def joined(
+    form: type[T], session_type: type, session: object, name: str, producer: TransactionHost
+) -> T | None:
     """The enclosing transaction a nested one joins (None: there is none).
 
     Raises:
         WrongFormError: the enclosing one is of the other form.
-        ConfigurationError: the nested one was given another session than it.
+        ConfigurationError: the nested one was given another session than it, or a producer
+            that would send otherwise than its (:func:`producer_differences`).
     """
     outer = current.get()
     if outer is None or outer.state is not None or abandoned(outer):
@@ -118,7 +122,40 @@ def joined(form: type[T], session_type: type, session: object, name: str) -> T |
         )
     if isinstance(session, session_type) and session is not getattr(outer, "session", None):
         raise ConfigurationError(other_session(outer.txn_id))
+    differences = producer_differences(producer, outer.producer)
+    if differences:
+        raise ConfigurationError(
+            f"a nested outbox transaction names a producer (group "
+            f"{producer.settings.producer_group!r}) that differs from the one of the transaction "
+            f"{outer.txn_id} it joins (group {outer.producer.settings.producer_group!r}) in: "
+            f"{', '.join(differences)}; its messages would go through the outer one's Kafka "
+            "clients, topics and serializers. Open it with the outer transaction's producer, or "
+            "run it outside that transaction"
+        )
     return outer
+
+
+def producer_differences(nested: TransactionHost, outer: TransactionHost) -> list[str]:
+    """What of ``nested`` a transaction joining ``outer``'s would not use: the settings that
+    differ, by name, and the serializers that are not the same.
+
+    A joined transaction sends through the outer one's producer: its Kafka clients (cluster,
+    half topic, relay), its serializers and its check endpoint. A second producer with the
+    same settings and serializers sends the same records, so it joins; one with others would
+    have its settings silently ignored - a message serialized for other consumers, or sent to
+    another cluster than the one its relay and consumers read.
+    """
+    if nested is outer:
+        return []
+    differences = [
+        field.name
+        for field in dataclasses.fields(nested.settings)
+        if getattr(nested.settings, field.name) != getattr(outer.settings, field.name)
+    ]
+    for name in ("serializer", "key_serializer"):
+        if getattr(nested, name) != getattr(outer, name):
+            differences.append(name)
+    return differences
 
 
 def opened(session_type: type[S], session: Any, needs: str) -> tuple[S, bool]:

@@ -137,7 +137,7 @@ def run_sync(
     statement, so that a later one never joins it once the statement is left, and ends it
     (:mod:`outbox.left_scopes`)."""
     end_left(current.get())
-    outer = joined(OutboxTransaction, Session, session, "synchronous")
+    outer = joined(OutboxTransaction, Session, session, "synchronous", producer)
     if outer is not None:
         yield outer
         return
