@@ -92,3 +92,68 @@ def test_sessions_without_autobegin_commit_rows_and_messages_together(
         asyncio.run(in_asyncio())
 
         running.agree(order_ids(engine), committed, declined)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_rollbacks_savepoints_and_commits_inside_a_session_without_autobegin(
+    kafka_bootstrap: str, producer: OutboxProducer, engine: sa.Engine, topics: Topics
+) -> None:
+    """What the README's table says of a session's own rollback, savepoint, commit and close
+    inside a transaction holds without autobegin too. After its own rollback the session has no
+    transaction and begins none by itself: a statement then is SQLAlchemy's refusal, and one
+    after the caller's ``session.begin()`` is part of the transaction the outbox commits."""
+    producer.serve_checks(engine=engine, secret=SECRET)
+    explicit = sessionmaker(engine, autobegin=False)
+    committed: list[str] = []
+    refused: list[str] = []
+
+    with pipeline(kafka_bootstrap, topics) as running:
+        topic = running.topic
+
+        def insert(session: Session, order_id: str) -> None:
+            session.execute(orders.insert().values(id=order_id, amount=1))
+
+        # a rollback before any send, then the caller's own begin: goes on and commits
+        committed.append(unique("rollback-then-begin"))
+        refused.append(committed[-1] + "-rolled-back")
+        with producer.transaction(explicit) as txn:
+            assert txn.session is not None
+            insert(txn.session, refused[-1])
+            txn.session.rollback()
+            txn.session.begin()
+            insert(txn.session, committed[-1])
+            txn.send(topic, committed[-1], key=committed[-1])
+        # a savepoint rolled back with no send inside: goes on and commits
+        committed.append(unique("savepoint"))
+        refused.append(committed[-1] + "-savepoint")
+        with producer.transaction(explicit) as txn:
+            assert txn.session is not None
+            with pytest.raises(Declined), txn.session.begin_nested():
+                insert(txn.session, refused[-1])
+                raise Declined
+            insert(txn.session, committed[-1])
+            txn.send(topic, committed[-1], key=committed[-1])
+        # a rollback before any send, with no begin after it: the next statement is refused
+        refused.append(unique("rollback-no-begin"))
+        with (
+            pytest.raises(sa.exc.InvalidRequestError, match="Autobegin is disabled"),
+            producer.transaction(explicit) as txn,
+        ):
+            assert txn.session is not None
+            txn.session.rollback()
+            insert(txn.session, refused[-1])
+            txn.send(topic, refused[-1], key=refused[-1])
+        # a rollback or a close after a send, and a commit inside: refused, nothing delivered
+        for end, error, match in (
+            ("rollback", outbox.SendRolledBackError, "rolled back or closed"),
+            ("close", outbox.SendRolledBackError, "rolled back or closed"),
+            ("commit", outbox.CommitInsideTransactionError, r"session.commit\(\) was called"),
+        ):
+            refused.append(unique(f"{end}-after-send"))
+            with pytest.raises(error, match=match), producer.transaction(explicit) as txn:
+                assert txn.session is not None
+                insert(txn.session, refused[-1])
+                txn.send(topic, refused[-1], key=refused[-1])
+                getattr(txn.session, end)()
+
+        running.agree(order_ids(engine), committed, refused)
