@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -10,7 +11,7 @@ from typing import Any
 from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.topics import DEFAULT_PREFIX, TopicNames
-from outbox.settings import variable
+from outbox.settings import positive_seconds, variable
 
 ENV_PREFIX = "OUTBOX_CHECKER_"
 #: Settings read from the producers\' variables when the service\'s own is absent.
@@ -120,14 +121,14 @@ class CheckerSettings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
         for name in ("check_interval_s", "registry_ttl_s", "request_timeout_s"):
-            if getattr(self, name) <= 0:
+            if not positive_seconds(getattr(self, name)):
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
         if not self.instance_id:
             raise ConfigurationError("instance_id is empty; set OUTBOX_CHECKER_INSTANCE_ID")
-        if self.stuck_exit_s < 0:
+        if not math.isfinite(self.stuck_exit_s) or self.stuck_exit_s < 0:
             raise ConfigurationError(f"stuck_exit_s={self.stuck_exit_s!r} must be 0 (off) or more")
-        if self.clock_slack_s < 0:
-            raise ConfigurationError(f"clock_slack_s={self.clock_slack_s!r} must not be negative")
+        if not math.isfinite(self.clock_slack_s) or self.clock_slack_s < 0:
+            raise ConfigurationError(f"clock_slack_s={self.clock_slack_s!r} must be 0 or more")
         if not 0 <= self.http_port <= 65535:
             raise ConfigurationError(f"http_port={self.http_port!r} must be 0-65535")
         if self.log_format not in ("text", "json"):

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.left_scopes import abandoned
+from outbox.serialization import key_serializer_for
 from outbox.transaction import OutboxTransaction, TransactionHost
 
 T = TypeVar("T", OutboxTransaction, AsyncOutboxTransaction)
@@ -135,26 +136,51 @@ def joined(
     return outer
 
 
+#: Settings a joined transaction's records do not depend on: the internal topics' creation
+#: (``ensure_topics``), the producer's check endpoint (the checker asks the outer one's group,
+#: which reads the same evidence row) and the operator's database URL. Every other setting,
+#: a new one too, is compared.
+NOT_SENT_WITH = frozenset(
+    {
+        "min_compaction_lag_ms",
+        "half_retention_ms",
+        "op_retention_ms",
+        "check_secret",
+        "check_previous_secret",
+        "check_host",
+        "check_port",
+        "check_advertise_url",
+        "database_url",
+    }
+)
+
+
 def producer_differences(nested: TransactionHost, outer: TransactionHost) -> list[str]:
-    """What of ``nested`` a transaction joining ``outer``'s would not use: the settings that
-    differ, by name, and the serializers that are not the same.
+    """What of ``nested`` a transaction joining ``outer``'s would not use: the settings its
+    records depend on that differ, by name, and the serializers that are not equal (a
+    function: the same function; the key's as ``send()`` chooses it).
 
     A joined transaction sends through the outer one's producer: its Kafka clients (cluster,
-    half topic, relay), its serializers and its check endpoint. A second producer with the
-    same settings and serializers sends the same records, so it joins; one with others would
-    have its settings silently ignored - a message serialized for other consumers, or sent to
-    another cluster than the one its relay and consumers read.
+    credentials, half topic, relay), its group, limits and serializers. A second producer that
+    sends alike joins; one that does not would have its settings silently ignored - a message
+    serialized for other consumers, or sent to another cluster than the one its consumers read.
+    A callback or a client id in ``kafka`` made per producer differs too: the outbox cannot
+    tell what it does, so such a producer opens its nested transactions with the outer one's.
     """
     if nested is outer:
         return []
     differences = [
         field.name
         for field in dataclasses.fields(nested.settings)
-        if getattr(nested.settings, field.name) != getattr(outer.settings, field.name)
+        if field.name not in NOT_SENT_WITH
+        and getattr(nested.settings, field.name) != getattr(outer.settings, field.name)
     ]
-    for name in ("serializer", "key_serializer"):
-        if getattr(nested, name) != getattr(outer, name):
-            differences.append(name)
+    if nested.serializer != outer.serializer:
+        differences.append("serializer")
+    if key_serializer_for(nested.key_serializer, nested.serializer) != key_serializer_for(
+        outer.key_serializer, outer.serializer
+    ):
+        differences.append("key_serializer")
     return differences
 
 

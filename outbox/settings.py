@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +31,13 @@ def variable(field_name: str) -> str:
     """The producers' environment variable for the setting ``field_name``; the services fall back
     on the same one (one Kafka cluster and one topic prefix for producers and services)."""
     return ENV_PREFIX + field_name.upper()
+
+
+def positive_seconds(value: float) -> bool:
+    """A duration setting's value is a positive number of seconds: not NaN (``float("nan")``
+    parses from the environment, and compares False with everything, so a wait or a deadline
+    with it never ends or ends at once) and not infinite (a wait with it overflows)."""
+    return math.isfinite(value) and value > 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +155,7 @@ class OutboxSettings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
         for name in ("send_timeout_s", "op_timeout_s"):
-            if getattr(self, name) <= 0:
+            if not positive_seconds(getattr(self, name)):
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
         self._check_retention()
         self._check_endpoint()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.topics import DEFAULT_PREFIX, TopicNames
 from outbox.reading import MOST
-from outbox.settings import variable
+from outbox.settings import positive_seconds, variable
 
 ENV_PREFIX = "OUTBOX_RELAY_"
 #: Settings read from the producers\' variables when the service\'s own is absent.
@@ -129,9 +130,9 @@ class RelaySettings:
             "topic_refresh_s",
             "liveness_timeout_s",
         ):
-            if getattr(self, name) <= 0:
+            if not positive_seconds(getattr(self, name)):
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
-        if self.stuck_exit_s < 0:
+        if not math.isfinite(self.stuck_exit_s) or self.stuck_exit_s < 0:
             raise ConfigurationError(f"stuck_exit_s={self.stuck_exit_s!r} must be 0 (off) or more")
         if not 0 <= self.http_port <= 65535:
             raise ConfigurationError(f"http_port={self.http_port!r} must be 0-65535")

@@ -81,6 +81,14 @@ def test_services_share_the_bootstrap_variable_and_their_own_prefix_wins() -> No
             },
             r"half_schema_version=3 is not one this library writes; use one of 1, 2",
         ),
+        (
+            {
+                "OUTBOX_BOOTSTRAP_SERVERS": "k",
+                "OUTBOX_PRODUCER_GROUP": "g",
+                "OUTBOX_SEND_TIMEOUT_S": "nan",
+            },
+            r"send_timeout_s=nan must be positive",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable_and_the_value(env: dict[str, str], message: str) -> None:

@@ -126,20 +126,30 @@ def test_a_second_producer_joins_when_it_sends_alike_and_is_refused_naming_what_
 
 
 def test_what_a_second_producer_differs_in_is_named_field_by_field() -> None:
-    """The comparison itself: settings by value, serializers by identity (no broker needed:
-    a producer makes its Kafka clients on first use)."""
+    """The comparison itself: the settings records depend on by value, serializers by equality
+    (a function: the same one), the key's as ``send()`` picks it (no broker needed: a producer
+    makes its Kafka clients on first use)."""
     from outbox.nesting import producer_differences
 
     settings = OutboxSettings(
         bootstrap_servers="127.0.0.1:9", producer_group="orders", topic_prefix="__outbox-x"
     )
+    # the check endpoint's settings do not change the records (a rotated secret, another port)
+    endpoint = dataclasses.replace(settings, check_secret="rotated", check_port=8081)
     with (
         OutboxProducer(settings) as first,
         OutboxProducer(dataclasses.replace(settings)) as alike,
+        OutboxProducer(endpoint) as other_endpoint,
+        OutboxProducer(settings, serializer=json_bytes) as values,
+        OutboxProducer(settings, serializer=json_bytes, key_serializer=json_bytes) as both,
         OutboxProducer(
             dataclasses.replace(settings, topic_prefix="__outbox-y"), key_serializer=json_bytes
         ) as other,
     ):
         assert producer_differences(first, first) == []
         assert producer_differences(alike, first) == []
+        assert producer_differences(other_endpoint, first) == []
+        # a one-argument serializer serializes keys too: the same keys as given both ways
+        assert producer_differences(both, values) == []
+        assert producer_differences(values, first) == ["serializer", "key_serializer"]
         assert producer_differences(other, first) == ["topic_prefix", "key_serializer"]

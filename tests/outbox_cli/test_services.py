@@ -158,6 +158,19 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
             {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_STUCK_EXIT_S": "-5"},
             "stuck_exit_s=-5.0 must be 0 (off) or more",
         ),
+        # NaN parses as a float; in a wait or a deadline it never ends or ends at once
+        ("relay", {"OUTBOX_RELAY_COMMIT_INTERVAL_S": "nan"}, "commit_interval_s=nan must be"),
+        ("relay", {"OUTBOX_RELAY_STUCK_EXIT_S": "inf"}, "stuck_exit_s=inf must be 0 (off) or"),
+        (
+            "checker",
+            {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CLOCK_SLACK_S": "nan"},
+            "clock_slack_s=nan must be 0 or more",
+        ),
+        (
+            "checker",
+            {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CHECK_INTERVAL_S": "nan"},
+            "check_interval_s=nan must be positive",
+        ),
     ],
 )
 def test_a_service_with_an_invalid_setting_exits_2_naming_it(
