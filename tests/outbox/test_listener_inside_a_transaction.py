@@ -91,7 +91,7 @@ def test_a_listener_inside_another_transaction_runs_its_own_local_transaction(
     topics: Topics,
 ) -> None:
     producer.serve_checks(engine=engine, secret=SECRET)
-    placed: list[str] = []  # by listeners: committed, each with its message
+    placed: list[str] = []  # committed, each with its message
     failed: list[str] = []  # the callers' own orders: neither row nor message
 
     with pipeline(kafka_bootstrap, topics) as running:
@@ -111,6 +111,14 @@ def test_a_listener_inside_another_transaction_runs_its_own_local_transaction(
             txn.session.execute(orders.insert().values(id=failed[-1], amount=1))
             txn.send(topic, failed[-1], key=failed[-1])
             raise Failed
+        # and inside one that then commits: the caller's order and the listener's both go
+        placed += [unique("listener-of-committed"), unique("committed-caller")]
+        with producer.transaction(session_factory) as txn:
+            result = sender.send_message_in_transaction(message(placed[-2]), placed[-2])
+            assert result.local_transaction_state is COMMIT
+            assert txn.session is not None
+            txn.session.execute(orders.insert().values(id=placed[-1], amount=1))
+            txn.send(topic, placed[-1], key=placed[-1])
 
         # and the asyncio form, with a coroutine listener and with a plain one (a worker thread)
         others: list[OutboxProducer] = []
