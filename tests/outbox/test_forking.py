@@ -429,7 +429,10 @@ class Declined(Exception):
     """The business code's own error: the order is declined."""
 
 
+# Eight OS processes of its own at once (34 s on the two databases): the processes stage.
+# make test keeps the forked workers of every form (test_workers_forked_after_...).
 @pytest.mark.integration
+@pytest.mark.processes
 def test_eight_workers_roll_back_what_raised_and_deliver_the_rest(
     kafka_bootstrap: str,
     producer: OutboxProducer,
