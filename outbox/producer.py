@@ -134,11 +134,15 @@ class OutboxProducer:
         savepoint's) makes the outbox roll the whole transaction back
         (:mod:`outbox.session_guard`).
 
+        Opened inside another outbox transaction, it joins that one (:mod:`outbox.nesting`).
+
         Raises:
             HalfSendError, InvalidMessageError, TransactionFencedError: from ``send()``.
             CommitInsideTransactionError: ``session.commit()`` was called inside.
             SendRolledBackError: a rollback inside undid work a half message was sent in.
             WrongFormError: a Session in ``async with``, or an AsyncSession in ``with``.
+            ConfigurationError: opened inside another transaction, with another session than
+                that one's, or by a producer that would send otherwise than that one's.
         """
         return TransactionScope(self, session)
 
