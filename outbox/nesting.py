@@ -117,7 +117,8 @@ def joined(
         return None  # none, one that ended (inherited by a task it left running), or left
     if not isinstance(outer, form):
         raise WrongFormError(
-            f"an {name} outbox transaction was opened inside the transaction {outer.txn_id} of "
+            f"{'an' if name.startswith('a') else 'a'} {name} outbox transaction was opened "
+            f"inside the transaction {outer.txn_id} of "
             "the other form; nest transactions of one form (a synchronous one cannot await, an "
             "asyncio one cannot run in a synchronous block)"
         )

@@ -205,10 +205,21 @@ def test_each_form_given_the_other_forms_session_fails_at_once_naming_the_right_
                 wrong_sync()
 
             # and a synchronous transaction cannot be joined from an asyncio one
-            nested = pytest.raises(WrongFormError, match="nest transactions of one form")
+            nested = pytest.raises(WrongFormError, match=r"^an asyncio .* nest transactions of one")
             with producer.transaction(factory), nested:
                 async with producer.transaction(afactory):
                     pass
+
+            # nor the other way round: a synchronous service run with asyncio.to_thread, which
+            # copies the task's context (the asyncio transaction) into its thread
+            @outbox.transactional(producer=producer, session_factory=factory)
+            def sync_service(*, session: Any) -> None:
+                raise AssertionError("never runs")
+
+            nested = pytest.raises(WrongFormError, match=r"^a synchronous .* nest transactions of")
+            with nested:
+                async with producer.transaction(afactory):
+                    await asyncio.to_thread(sync_service)
 
     asyncio.run(mixed())
     assert topics.halves() == []  # nothing was sent by any of them
