@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+from collections.abc import Awaitable, Callable
 
 import pytest
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
@@ -28,7 +29,7 @@ from outbox import OutboxProducer
 from outbox.settings import OutboxSettings
 from tests.checker.test_checker import SECRET
 from tests.kafka_helpers import unique
-from tests.outbox.test_asyncio import async_url
+from tests.outbox.test_asyncio import async_factory
 from tests.pipeline import pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
@@ -64,20 +65,20 @@ def test_a_second_producer_joins_when_it_sends_alike_and_is_refused_naming_what_
     ):
         topic = running.topic
 
-        def service(second: OutboxProducer) -> object:
+        def service(second: OutboxProducer) -> Callable[[str], None]:
             @outbox.transactional(producer=second, session_factory=session_factory)
             def record(order_id: str, *, session: Session) -> None:
                 session.execute(orders.insert().values(id=order_id, amount=1))
                 outbox.send(topic, order_id, key=order_id)
 
-            return record
+            return record  # type: ignore[return-value]  # session is the decorator's
 
         def outer_then(second: OutboxProducer, outer_id: str, nested_id: str) -> None:
             with producer.transaction(session_factory) as txn:
                 assert txn.session is not None
                 txn.session.execute(orders.insert().values(id=outer_id, amount=1))
                 txn.send(topic, outer_id, key=outer_id)
-                service(second)(nested_id)  # type: ignore[operator]
+                service(second)(nested_id)
 
         # Another producer object with the same settings and serializers joins: one COMMIT
         committed += [unique("outer-twin"), unique("nested-twin")]
@@ -92,32 +93,33 @@ def test_a_second_producer_joins_when_it_sends_alike_and_is_refused_naming_what_
 
         # The same in asyncio
         async def in_asyncio() -> None:
-            async_engine = create_async_engine(async_url(db_url))
-            sessions = async_sessionmaker(async_engine)
 
-            def async_service(second: OutboxProducer) -> object:
+            def async_service(
+                second: OutboxProducer, sessions: async_sessionmaker[AsyncSession]
+            ) -> Callable[[str], Awaitable[None]]:
                 @outbox.transactional(producer=second, session_factory=sessions)
                 async def record(order_id: str, *, session: AsyncSession) -> None:
                     await session.execute(orders.insert().values(id=order_id, amount=1))
                     await outbox.send(topic, order_id, key=order_id)
 
-                return record
+                return record  # type: ignore[return-value]  # session is the decorator's
 
-            async def outer_then_async(second: OutboxProducer, outer_id: str, nested: str) -> None:
+            async def outer_then_async(
+                sessions: async_sessionmaker[AsyncSession], second: OutboxProducer, *ids: str
+            ) -> None:
+                outer_id, nested = ids
                 async with producer.transaction(sessions) as txn:
                     assert txn.session is not None
                     await txn.session.execute(orders.insert().values(id=outer_id, amount=1))
                     await txn.send(topic, outer_id, key=outer_id)
-                    await async_service(second)(nested)  # type: ignore[operator]
+                    await async_service(second, sessions)(nested)
 
-            try:
+            async with async_factory(db_url) as sessions:
                 committed.extend([unique("async-outer-twin"), unique("async-nested-twin")])
-                await outer_then_async(twin, *committed[-2:])
+                await outer_then_async(sessions, twin, *committed[-2:])
                 refused.extend([unique("async-outer-billing"), unique("async-nested-billing")])
                 with pytest.raises(outbox.ConfigurationError, match="in: producer_group; "):
-                    await outer_then_async(billing, *refused[-2:])
-            finally:
-                await async_engine.dispose()
+                    await outer_then_async(sessions, billing, *refused[-2:])
 
         asyncio.run(in_asyncio())
 
