@@ -22,7 +22,7 @@ from typing import Any, Literal
 import httpx
 import pytest
 import sqlalchemy as sa
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import BackgroundTasks, Depends, FastAPI, HTTPException
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 import outbox
@@ -62,11 +62,20 @@ def orders_app(
         events.append("committed")
 
     in_a_transaction = Depends(transaction, scope=scope)
+
+    @outbox.transactional(producer=producer, session_factory=factory)
+    async def place_later(order_id: str, request_txn_id: str, *, session: AsyncSession) -> None:
+        joined = outbox.current_transaction().txn_id == request_txn_id
+        events.append("later joined" if joined else "later own")
+        await session.execute(orders.insert().values(id=order_id, amount=1))
+        await outbox.send(topic, order_id, key=order_id)
+
     app = FastAPI()
 
     @app.post("/orders/{order_id}", status_code=201)
     async def place(
         order_id: str,
+        tasks: BackgroundTasks,
         outcome: str = "commit",
         txn: AsyncOutboxTransaction = in_a_transaction,
     ) -> dict[str, str]:
@@ -78,6 +87,7 @@ def orders_app(
         await outbox.send(topic, order_id, key=order_id)
         if outcome == "decline":
             raise HTTPException(status_code=402, detail="payment declined")
+        tasks.add_task(place_later, f"{order_id}-later", txn.txn_id)
         return {"order_id": order_id}
 
     async def recorded(scope: Any, receive: Any, send: Any) -> None:
@@ -122,16 +132,22 @@ def test_a_transaction_dependency_commits_before_the_response_only_with_function
                                 f"/orders/{order}", params={"outcome": outcome}
                             )
                         seen[scope, outcome] = (answer.status_code, events)
-                        (committed if outcome == "commit" else refused).append(order)
+                        if outcome == "commit":
+                            committed.extend([order, f"{order}-later"])
+                        else:
+                            refused.append(order)
 
         asyncio.run(requests())
 
-        # Given scope "function": the COMMIT returns before the response, a refusal answers 500
-        assert seen["function", "commit"] == (201, ["committed", "response 201"])
+        # Given scope "function": the COMMIT returns before the response, a refusal answers 500,
+        # and a background task's transaction is its own
+        assert seen["function", "commit"] == (201, ["committed", "response 201", "later own"])
         assert seen["function", "decline"] == (402, ["response 402"])
         assert seen["function", "unawaited"] == (500, ["response 500"])
-        # Given the default scope: the response goes first, so a refused COMMIT answered 201
-        assert seen["request", "commit"] == (201, ["response 201", "committed"])
+        # Given the default scope: the response goes first, so a refused COMMIT answered 201, and
+        # a background task runs inside the request's transaction (a failure there rolls back
+        # the order that answered 201)
+        assert seen["request", "commit"] == (201, ["response 201", "later joined", "committed"])
         assert seen["request", "decline"] == (402, ["response 402"])
         assert seen["request", "unawaited"] == (201, ["response 201"])
 
