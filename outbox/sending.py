@@ -163,6 +163,9 @@ def current_transaction() -> OutboxTransaction | AsyncOutboxTransaction:
         raise NoActiveTransactionError(
             "outbox.send() was called outside a transaction; call it inside a function decorated "
             "with @outbox.transactional or inside `with producer.transaction(...)` (`async with` "
-            "for an AsyncSession)"
+            "for an AsyncSession). A transaction is current only in the context that opened it: "
+            "code that runs in another thread or context (a thread pool, a FastAPI dependency "
+            "written as a plain `def`, which opens it in a worker thread of its own) sends with "
+            "the transaction object itself, `txn.send(...)`"
         )
     return txn

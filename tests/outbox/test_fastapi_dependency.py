@@ -16,7 +16,7 @@ Each case ends in a ``read_committed`` read of the real topic and a look at the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Iterator, MutableMapping
 from typing import Any, Literal
 
 import httpx
@@ -24,9 +24,11 @@ import pytest
 import sqlalchemy as sa
 from fastapi import BackgroundTasks, Depends, FastAPI, HTTPException
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
-from outbox import AsyncOutboxTransaction, OutboxProducer
+from outbox import AsyncOutboxTransaction, OutboxProducer, OutboxTransaction
+from outbox.errors import NoActiveTransactionError
 from tests.checker.test_checker import SECRET
 from tests.kafka_helpers import unique
 from tests.outbox.test_asyncio import async_factory
@@ -152,4 +154,68 @@ def test_a_transaction_dependency_commits_before_the_response_only_with_function
         assert seen["request", "unawaited"] == (201, ["response 201"])
 
         # Then either way the topic follows the database: each committed order once, no other
+        running.agree(order_ids(engine), committed, refused)
+
+
+def sync_orders_app(producer: OutboxProducer, factory: sessionmaker, topic: str) -> Any:
+    """The same service written with plain ``def``: FastAPI runs the dependency's setup, the
+    endpoint and its exit in worker threads, each in a copy of the request's context."""
+
+    def get_session() -> Iterator[Session]:
+        with factory() as session:
+            yield session
+
+    in_a_session = Depends(get_session)
+
+    def transaction(session: Session = in_a_session) -> Iterator[Any]:
+        with producer.transaction(session) as txn:
+            yield txn
+
+    in_a_transaction = Depends(transaction, scope="function")
+    app = FastAPI()
+
+    @app.post("/orders/{order_id}", status_code=201)
+    def place(
+        order_id: str, outcome: str = "commit", txn: OutboxTransaction = in_a_transaction
+    ) -> dict[str, str]:
+        assert txn.session is not None
+        txn.session.execute(orders.insert().values(id=order_id, amount=1))
+        if outcome == "current":  # the endpoint's context never had the dependency's
+            outbox.send(topic, order_id, key=order_id)
+        txn.send(topic, order_id, key=order_id)
+        if outcome == "decline":
+            raise HTTPException(status_code=402, detail="payment declined")
+        return {"order_id": order_id}
+
+    return app
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_plain_def_transaction_dependency_sends_with_the_transaction_it_yields(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    session_factory: sessionmaker,
+    topics: Topics,
+) -> None:
+    producer.serve_checks(engine=engine, secret=SECRET)
+    committed, refused = [unique("def-commit")], [unique("def-decline"), unique("def-current")]
+
+    with pipeline(kafka_bootstrap, topics) as running:
+        app = sync_orders_app(producer, session_factory, running.topic)
+
+        async def post(order: str, outcome: str) -> int:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://orders") as client:
+                answer = await client.post(f"/orders/{order}", params={"outcome": outcome})
+            return answer.status_code
+
+        # Given txn.send(): a committed order and a declined one, across three threads
+        assert asyncio.run(post(committed[0], "commit")) == 201
+        assert asyncio.run(post(refused[0], "decline")) == 402
+        # Given outbox.send(): refused, naming where the transaction is current and the fix
+        with pytest.raises(NoActiveTransactionError, match=r"another thread.*txn\.send"):
+            asyncio.run(post(refused[1], "current"))
+
+        # Then the topic follows the database: the committed order once, the others neither
         running.agree(order_ids(engine), committed, refused)
