@@ -221,6 +221,13 @@ def test_each_form_given_the_other_forms_session_fails_at_once_naming_the_right_
                 async with producer.transaction(afactory):
                     await asyncio.to_thread(sync_service)
 
+            # and outbox.send() in such a thread (or a plain def endpoint under an async
+            # dependency) is refused at the send: nothing there could await it
+            in_a_thread = pytest.raises(WrongFormError, match=r"no running event loop.*await")
+            with in_a_thread:
+                async with producer.transaction(afactory):
+                    await asyncio.to_thread(outbox.send, "orders", b"never sent")
+
     asyncio.run(mixed())
     assert topics.halves() == []  # nothing was sent by any of them
     assert order_ids(engine) == rows_before
