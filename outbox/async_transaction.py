@@ -15,7 +15,7 @@ messages in order, as in the synchronous forms.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from outbox import tracing
@@ -72,7 +72,7 @@ class AsyncOutboxTransaction:
     def coordinates(self) -> HalfCoordinates | None:
         return self.core.coordinates
 
-    async def send(
+    def send(
         self,
         topic: str,
         value: Any,
@@ -82,13 +82,19 @@ class AsyncOutboxTransaction:
         serializer: Serializer | None = None,
         key_serializer: Serializer | None = None,
         delay: Any = None,
-    ) -> HalfCoordinates:
-        """Send one half message and await its acknowledgement.
+    ) -> Coroutine[Any, Any, HalfCoordinates]:
+        """Send one half message: await the result (its acknowledgement).
+
+        The message is validated now; the send runs when the result is awaited (or run as a
+        task). One never awaited sends nothing, and the transaction refuses to commit without
+        it (:class:`~outbox.errors.SendNotAwaitedError`), as ``outbox.send()`` does.
 
         Raises:
             InvalidMessageError: bad input (a specific subclass); nothing was sent.
-            HalfSendError: Kafka did not acknowledge it; the transaction must not commit.
-            TransactionFencedError: a check fenced this transaction id (first send only).
+            HalfSendError: (awaited) Kafka did not acknowledge it; the transaction must not
+                commit.
+            TransactionFencedError: (awaited) a check fenced this transaction id (first send
+                only).
         """
         message = self.core.build(
             topic,
@@ -99,23 +105,40 @@ class AsyncOutboxTransaction:
             key_serializer=key_serializer,
             delay=delay,
         )
-        return await self.send_messages([message], count=None)
+        return self._tracked([message])
 
-    async def send_batch(
+    def send_batch(
         self,
         messages: Iterable[Message],
         *,
         serializer: Serializer | None = None,
         key_serializer: Serializer | None = None,
-    ) -> HalfCoordinates:
-        """Send several half messages at once and await all their acknowledgements together.
+    ) -> Coroutine[Any, Any, HalfCoordinates]:
+        """Send several half messages at once: await the result (all their acknowledgements,
+        awaited together). Validated now, sent when awaited, refused at the COMMIT if never
+        awaited (:meth:`send`).
 
         Raises:
             InvalidMessageError: a bad message (a specific subclass); nothing was sent.
-            HalfSendError: Kafka did not acknowledge them; the transaction must not commit.
+            HalfSendError: (awaited) Kafka did not acknowledge them; the transaction must not
+                commit.
         """
-        built = self.build_batch(messages, serializer, key_serializer)
-        return await self.send_messages(built, count=None)
+        return self._tracked(self.build_batch(messages, serializer, key_serializer))
+
+    def _tracked(self, messages: list[HalfMessage]) -> Coroutine[Any, Any, HalfCoordinates]:
+        """The send of ``messages`` as a coroutine, counted in :attr:`unawaited` until it ran:
+        a coroutine never awaited runs none of its body, so only a mark made before it exists
+        can tell the COMMIT that a send was left behind."""
+        mark = object()
+        self.unawaited.add(mark)
+
+        async def sending() -> HalfCoordinates:
+            try:
+                return await self.send_messages(messages, count=None)
+            finally:  # run to its end (a send still under way is not yet done)
+                self.unawaited.discard(mark)
+
+        return sending()
 
     def build_batch(
         self,
@@ -210,8 +233,9 @@ class AsyncOutboxTransaction:
             pass
 
     def check_awaited(self) -> None:
-        """Raise, before the commit, when an ``outbox.send()`` of this transaction was never
-        awaited (its message never sent), or a send failed (:meth:`OutboxTransaction.check_whole`).
+        """Raise, before the commit, when a send of this transaction (``outbox.send()``,
+        :meth:`send`, their batch forms) was never awaited (its message never sent), or a send
+        failed (:meth:`OutboxTransaction.check_whole`).
 
         Raises:
             SendNotAwaitedError: naming how many.
@@ -220,9 +244,10 @@ class AsyncOutboxTransaction:
         self.core.check_whole()
         if self.unawaited:
             raise SendNotAwaitedError(
-                f"transaction {self.txn_id}: {len(self.unawaited)} outbox.send() call(s) in this "
-                "asyncio transaction were never awaited, so their messages were never sent; "
-                "write `await outbox.send(...)`. The transaction is rolled back"
+                f"transaction {self.txn_id}: {len(self.unawaited)} send(s) in this "
+                "asyncio transaction (outbox.send(), txn.send() or their batch forms) were never "
+                "awaited, so their messages were never sent; write `await outbox.send(...)` or "
+                "`await txn.send(...)`. The transaction is rolled back"
             )
 
     async def finish(self, state: LocalTransactionState) -> bool:

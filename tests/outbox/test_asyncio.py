@@ -112,6 +112,13 @@ def test_async_def_and_async_with_end_with_rows_and_messages_agreeing(
                 await session.rollback()  # undoes the evidence row written with the send
                 await _insert(session, order_id + "-after")
 
+            async def txn_send_unawaited(order_id: str) -> None:
+                async with producer.transaction(factory) as txn:
+                    txn_ids.append(txn.txn_id)
+                    assert txn.session is not None
+                    await _insert(txn.session, order_id)
+                    txn.send(topic, order_id, key=order_id)  # no await: never sent
+
             async def in_context(order_id: str) -> None:
                 async with producer.transaction(factory) as txn:
                     txn_ids.append(txn.txn_id)
@@ -130,6 +137,7 @@ def test_async_def_and_async_with_end_with_rows_and_messages_agreeing(
             for name, body in {
                 "declined": place_then_decline,
                 "unawaited": place_unawaited,
+                "txn.send unawaited": txn_send_unawaited,
                 "rolled-back": place_then_roll_back,
             }.items():
                 order_id = f"{name}-{uuid.uuid4().hex[:8]}"
@@ -149,6 +157,7 @@ def test_async_def_and_async_with_end_with_rows_and_messages_agreeing(
         assert raised == {
             "declined": Declined,
             "unawaited": SendNotAwaitedError,
+            "txn.send unawaited": SendNotAwaitedError,
             "rolled-back": SendRolledBackError,
         }
         sent = {h.txn_id for h in topics.halves()}
