@@ -36,6 +36,7 @@ from outbox.errors import (
     SerializationError,
     TopicMismatchError,
     TransactionFencedError,
+    TransactionTooLargeError,
     UnknownSchemaVersionError,
     WrongFormError,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "TransactionFencedError",
     "TransactionListener",
     "TransactionSendResult",
+    "TransactionTooLargeError",
     "TransactionalProducer",
     "UnknownSchemaVersionError",
     "WrongFormError",

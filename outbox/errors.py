@@ -80,6 +80,12 @@ class MessageTooLargeError(InvalidMessageError):
     """Raised when a serialized value is over the configured maximum."""
 
 
+class TransactionTooLargeError(InvalidMessageError):
+    """Raised when a send would give a transaction more messages than its op record can name
+    (:attr:`outbox.OutboxSettings.max_messages_per_transaction`); nothing of that send was
+    sent."""
+
+
 class SerializationError(InvalidMessageError):
     """Raised when a key, value or header has a type that cannot be sent without a serializer."""
 

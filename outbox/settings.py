@@ -10,6 +10,11 @@ from typing import Any
 from outbox.env import from_env
 from outbox.errors import ConfigurationError
 from outbox.protocol.headers import HALF_SCHEMA_VERSION, HALF_SCHEMA_VERSIONS
+from outbox.protocol.op import (
+    BROKER_MAX_MESSAGE_BYTES,
+    CLIENT_MAX_MESSAGE_BYTES,
+    max_half_offsets,
+)
 from outbox.protocol.topics import (
     DEFAULT_HALF_RETENTION_MS,
     DEFAULT_MIN_COMPACTION_LAG_MS,
@@ -212,6 +217,15 @@ class OutboxSettings:
     @property
     def topics(self) -> TopicNames:
         return TopicNames(self.topic_prefix)
+
+    @property
+    def max_messages_per_transaction(self) -> int:
+        """The most messages one transaction may send: its op record names each one's offset
+        and must fit in a Kafka record (librdkafka's ``message.max.bytes``, from ``kafka`` or
+        its default, and the broker's default ``max.message.bytes``, the smaller): 49,590 by
+        default (:func:`outbox.protocol.op.max_half_offsets`)."""
+        client = int(self.kafka.get("message.max.bytes", CLIENT_MAX_MESSAGE_BYTES))
+        return max_half_offsets(min(client, BROKER_MAX_MESSAGE_BYTES))
 
     @classmethod
     def from_env(

@@ -21,6 +21,7 @@ from outbox.errors import (
     InvalidMessageError,
     NoActiveTransactionError,
     TransactionFencedError,
+    TransactionTooLargeError,
 )
 from outbox.half_sender import HalfBatch, PendingHalves
 from outbox.kafka_io import KafkaIO
@@ -380,6 +381,15 @@ class OutboxTransaction:
         message's key), indexed after those acknowledged so far. One batch at a time: the next
         one's indexes depend on this one's acknowledgement."""
         self._check_open()
+        limit = self.producer.settings.max_messages_per_transaction
+        if len(self.offsets) + len(messages) > limit:
+            raise TransactionTooLargeError(
+                f"transaction {self.txn_id} would have {len(self.offsets) + len(messages)} "
+                f"messages; one transaction can send at most {limit}: its op record names every "
+                "message's offset and must fit in one Kafka record (librdkafka's "
+                "message.max.bytes and the op topic's max.message.bytes). Nothing of this send "
+                "was sent; split the work over several transactions"
+            )
         if self.partition is None:
             self.partition = self._choose_partition(messages[0])
         return HalfBatch(

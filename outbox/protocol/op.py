@@ -18,6 +18,28 @@ from outbox.protocol.headers import SCHEMA_VERSION
 from outbox.protocol.ids import validate_transaction_id
 from outbox.protocol.states import DecidedBy, OpState
 
+#: The most one offset costs in an op record: 19 digits (Kafka's offsets are 63-bit) and a comma.
+OFFSET_BYTES = 20
+#: Room for the rest of an op record: its other fields (a producer group of up to 249
+#: characters, the checker's reason), its key and Kafka's record and batch framing.
+OP_FIXED_BYTES = 8192
+#: The op topic's ``max.message.bytes`` when the broker's default is left alone (the outbox
+#: creates its topics without one); librdkafka's own ``message.max.bytes`` is 1,000,000.
+BROKER_MAX_MESSAGE_BYTES = 1_048_588
+CLIENT_MAX_MESSAGE_BYTES = 1_000_000
+
+
+def max_half_offsets(op_bytes: int) -> int:
+    """How many half records one op record can name and still fit in ``op_bytes``.
+
+    An op names every half record of its transaction by offset, so a transaction with more
+    messages than this could commit and never get its decision written: its op, the
+    producer's or the checker's, would be refused as too large for ever, and its messages
+    never delivered. The producer refuses the send that would pass it
+    (:class:`~outbox.errors.TransactionTooLargeError`).
+    """
+    return max(0, (op_bytes - OP_FIXED_BYTES) // OFFSET_BYTES)
+
 
 @dataclass(frozen=True)
 class OpRecord:
