@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from outbox import tracing
-from outbox.errors import NoActiveTransactionError, SendNotAwaitedError
+from outbox.errors import NoActiveTransactionError, SendNotAwaitedError, WrongFormError
 from outbox.message import Headers, Message, Serializer
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.states import CheckBy, LocalTransactionState
@@ -52,7 +52,8 @@ class AsyncOutboxTransaction:
         self._on_sent = on_sent
         self._sending = asyncio.Lock()
         self._closed = False
-        #: ``outbox.send()`` results not awaited yet (:mod:`outbox.sending`).
+        #: Sends not run to their end yet: ``outbox.send()`` results (:mod:`outbox.sending`) and
+        #: the marks of :meth:`send` / :meth:`send_batch` (:meth:`_tracked`).
         self.unawaited: set[object] = set()
 
     @property
@@ -96,6 +97,7 @@ class AsyncOutboxTransaction:
             TransactionFencedError: (awaited) a check fenced this transaction id (first send
                 only).
         """
+        self.refuse_outside_a_loop("txn.send()")
         message = self.core.build(
             topic,
             value,
@@ -123,7 +125,27 @@ class AsyncOutboxTransaction:
             HalfSendError: (awaited) Kafka did not acknowledge them; the transaction must not
                 commit.
         """
+        self.refuse_outside_a_loop("txn.send_batch()")
         return self._tracked(self.build_batch(messages, serializer, key_serializer))
+
+    def refuse_outside_a_loop(self, what: str) -> None:
+        """Refuse a send (``what`` names the call) from a thread with no event loop running: a
+        worker thread given a copy of the task's context (``asyncio.to_thread``, a FastAPI
+        ``def`` endpoint under an ``async def`` dependency) sees the transaction, but nothing
+        there could await the send, which the COMMIT would otherwise refuse as never awaited.
+
+        Raises:
+            WrongFormError: naming the call and the fix.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise WrongFormError(
+                f"{what} was called in asyncio transaction {self.txn_id} from a thread with no "
+                "running event loop (asyncio.to_thread, a thread pool, a FastAPI `def` endpoint "
+                "under an `async def` dependency); an asyncio transaction's sends are awaited on "
+                f"its loop: make the caller `async def` and `await {what[:-2]}(...)`"
+            ) from None
 
     def _tracked(self, messages: list[HalfMessage]) -> Coroutine[Any, Any, HalfCoordinates]:
         """The send of ``messages`` as a coroutine, counted in :attr:`unawaited` until it ran:
@@ -185,10 +207,14 @@ class AsyncOutboxTransaction:
     ) -> HalfCoordinates:
         async with self._sending:
             if self._closed:
-                raise NoActiveTransactionError(
+                late = NoActiveTransactionError(
                     f"transaction {self.txn_id} is ending: a send started after its block "
                     "returned or raised (a task left running?) is refused; send inside its scope"
                 )
+                # A send queued for the lock before the block ended: close() waits behind it, so
+                # the COMMIT that follows must know a message it was meant to carry is missing.
+                self.core.broke(late)
+                raise late
             batch = self.core.batch(messages, count)
             failed: list[Exception] = []
             try:

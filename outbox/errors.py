@@ -47,13 +47,16 @@ class ConfigurationError(OutboxError):
 
 
 class SendNotAwaitedError(OutboxError):
-    """Raised at the commit of an asyncio transaction in which an ``outbox.send()`` was never
-    awaited (its message was never sent); the transaction is rolled back."""
+    """Raised at the commit of an asyncio transaction in which a send (``outbox.send()``,
+    ``txn.send()`` or their batch forms) was never awaited, or a send started as a task was
+    still waiting to run when the block ended (its message was never sent); the transaction is
+    rolled back."""
 
 
 class WrongFormError(ConfigurationError):
     """Raised when a synchronous session meets the asyncio form, or an asyncio session (or
-    coroutine function) the synchronous form; the message names the form that fits."""
+    coroutine function) the synchronous form, or an asyncio transaction's send is called from a
+    thread with no event loop running; the message names the form that fits."""
 
 
 class ProtocolError(OutboxError):

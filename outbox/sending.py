@@ -17,13 +17,12 @@ silently.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Coroutine, Generator, Iterable, Sequence
 from typing import Any
 
 from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
-from outbox.errors import NoActiveTransactionError, WrongFormError
+from outbox.errors import NoActiveTransactionError
 from outbox.left_scopes import abandoned
 from outbox.message import Headers, Message, Serializer
 from outbox.nesting import current
@@ -116,7 +115,7 @@ def send(
         delay=delay,
     )
     if isinstance(txn, AsyncOutboxTransaction):
-        _in_a_loop(txn)
+        txn.refuse_outside_a_loop("outbox.send()")
         return Sending(start=lambda: txn.send_messages([message], count=None), txn=txn)
     return _started(txn, [message])
 
@@ -136,25 +135,9 @@ def send_batch(
     txn = current_transaction()
     built = txn.build_batch(messages, serializer, key_serializer)  # validated now, as send()
     if isinstance(txn, AsyncOutboxTransaction):
-        _in_a_loop(txn)
+        txn.refuse_outside_a_loop("outbox.send_batch()")
         return Sending(start=lambda: txn.send_messages(built, count=None), txn=txn)
     return _started(txn, built)
-
-
-def _in_a_loop(txn: AsyncOutboxTransaction) -> None:
-    """Refuse a send of an asyncio transaction from a thread with no event loop running: a
-    worker thread given a copy of the task's context (``asyncio.to_thread``, a FastAPI ``def``
-    endpoint under an ``async def`` dependency) sees the transaction, but nothing there could
-    await the send, which the COMMIT would otherwise refuse as never awaited."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        raise WrongFormError(
-            f"outbox.send() was called in asyncio transaction {txn.txn_id} from a thread with no "
-            "running event loop (asyncio.to_thread, a thread pool, a FastAPI `def` endpoint "
-            "under an `async def` dependency); an asyncio transaction's send must be awaited on "
-            "its loop: make the caller `async def` and `await outbox.send(...)`"
-        ) from None
 
 
 def _started(txn: OutboxTransaction, messages: list[HalfMessage]) -> Sending:

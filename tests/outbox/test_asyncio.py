@@ -26,6 +26,7 @@ from sqlalchemy.orm import sessionmaker
 
 import outbox
 from outbox import (
+    AsyncOutboxTransaction,
     HalfSendError,
     OutboxProducer,
     OutboxSettings,
@@ -236,6 +237,9 @@ def test_each_form_given_the_other_forms_session_fails_at_once_naming_the_right_
             with in_a_thread:
                 async with producer.transaction(afactory):
                     await asyncio.to_thread(outbox.send, "orders", b"never sent")
+            with pytest.raises(WrongFormError, match=r"^txn\.send\(\) .*`await txn\.send\("):
+                async with producer.transaction(afactory) as txn:
+                    await asyncio.to_thread(txn.send, "orders", b"never sent")
 
     asyncio.run(mixed())
     assert topics.halves() == []  # nothing was sent by any of them
@@ -391,17 +395,22 @@ def test_a_failed_send_the_code_caught_or_a_send_left_running_never_splits_the_t
     topics: Topics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two ways asyncio lets code go on past a send (found in review, failing before):
-    a send Kafka refused whose error the code caught (beside another send of a gather), and a
-    send started as a task and never awaited. The first must refuse the commit (no row, nothing
-    delivered); the second must be waited for, so its evidence row is in the commit and the
-    checker answers COMMIT for it (before: committed without the row, fenced, ROLLBACK)."""
+    """Three ways asyncio lets code go on past a send (found in review, failing before):
+    a send Kafka refused whose error the code caught (beside another send of a gather), a
+    send started as a task and never awaited, and two sends started as tasks, the second
+    waiting for the first when the block ended. The first must refuse the commit (no row,
+    nothing delivered); the second must be waited for, so its evidence row is in the commit and
+    the checker answers COMMIT for it (before: committed without the row, fenced, ROLLBACK); the
+    third must refuse it too, its second send refused as late (before: committed without that
+    message)."""
     # the half topic takes records of 2 KB at most; the producer's own check allows 1 MiB
     set_topic_config(kafka_bootstrap, outbox_settings.topics.half, "max.message.bytes", "2048")
     producer.serve_checks(engine=engine, secret=SECRET)
     with pipeline(kafka_bootstrap, topics) as running:
         topic = running.topic
-        caught, left_running = (f"{n}-{uuid.uuid4().hex[:8]}" for n in ("caught", "running"))
+        caught, left_running, queued = (
+            f"{n}-{uuid.uuid4().hex[:8]}" for n in ("caught", "running", "queued")
+        )
         txn_ids: list[str] = []
         raised: list[type[BaseException]] = []
         tasks: list[asyncio.Future[Any]] = []
@@ -428,22 +437,40 @@ def test_a_failed_send_the_code_caught_or_a_send_left_running_never_splits_the_t
                     )
                     await asyncio.sleep(0)  # the send starts, the block ends before its ack
 
+                @outbox.transactional(producer=producer, session_factory=factory)
+                async def two_left_running(*, session: AsyncSession) -> None:
+                    txn = outbox.current_transaction()
+                    assert isinstance(txn, AsyncOutboxTransaction)
+                    txn_ids.append(txn.txn_id)
+                    await _insert(session, queued)
+                    for value in (queued, f"{queued}-second"):
+                        tasks.append(asyncio.create_task(txn.send(topic, value, key=queued)))
+                    await asyncio.sleep(0)  # the first sends, the second waits for it to end
+
                 try:
                     await swallow()
                 except HalfSendError as err:
                     raised.append(type(err))
                     assert "cannot commit" in str(err)
                 await fire_and_forget()
+                try:
+                    await two_left_running()
+                except HalfSendError as err:
+                    raised.append(type(err))
+                    assert "is ending" in str(err)
+                await asyncio.gather(*tasks, return_exceptions=True)
 
         with ops_lost(producer, monkeypatch):
             asyncio.run(main())
-        assert raised == [HalfSendError]
+        assert raised == [HalfSendError, HalfSendError]
         decided = running.decided([t for t in txn_ids if t in {h.txn_id for h in topics.halves()}])
         rows = set(order_ids(engine))
-        assert caught not in rows and left_running in rows
+        assert caught not in rows and left_running in rows and queued not in rows
         assert decided[txn_ids[1]] == "COMMIT"  # from the evidence row the commit carried
+        assert decided[txn_ids[2]] == "ROLLBACK"  # a send queued behind the block's end
         delivered = running.settle(lambda: {left_running})
         assert delivered[left_running] == 1 and caught not in delivered
+        assert not {queued, f"{queued}-second"} & set(delivered)
 
 
 def test_a_scope_is_entered_once_and_a_task_outliving_its_transaction_joins_none(
