@@ -58,6 +58,7 @@ def test_the_default_bound() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.scale  # a bound pushed: 9,000 half records; make test keeps the bound's unit tests
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_transaction_at_the_bound_delivers_and_one_past_it_is_refused_before_it_sends(
     kafka_bootstrap: str,
