@@ -23,6 +23,7 @@
     ├── HalfSendError               half message not acknowledged; the local transaction did not run
     ├── TransactionFencedError      a check fenced this transaction id; the DB rolled back
     ├── CommitInsideTransactionError  session.commit() inside an outbox transaction
+    │   └── TransactionStatementError   a COMMIT/ROLLBACK/END statement inside one
     ├── SendRolledBackError         a rollback undid work a half message was sent in
     ├── TopicMismatchError          an internal topic exists with the wrong settings
     ├── MigrationHistoryError       the outbox's revisions are recorded in the other version table
@@ -154,6 +155,13 @@ class TransactionFencedError(OutboxError):
 class CommitInsideTransactionError(OutboxError):
     """Raised when code inside an outbox transaction calls ``session.commit()``; refused before
     the database commits, and the transaction is rolled back."""
+
+
+class TransactionStatementError(CommitInsideTransactionError):
+    """Raised when code inside an outbox transaction runs a statement that ends the database
+    transaction (``COMMIT``, ``END``, ``ROLLBACK`` but not to a savepoint, ``ABORT``,
+    ``PREPARE TRANSACTION``) over the evidence row's connection; refused before it runs, and
+    the transaction is rolled back."""
 
 
 class AutocommitSessionError(ConfigurationError):

@@ -40,6 +40,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.horizontal_shard import ShardedSession
 from sqlalchemy.orm import Session, SessionTransaction
 
+from outbox import transaction_statements
 from outbox.database_transaction import commits_each_statement, held_connections
 from outbox.errors import MultipleDatabasesError
 from outbox.evidence import EVIDENCE_INSERT
@@ -126,11 +127,16 @@ def writes(statement: str) -> bool:
 
 
 def _watch(session: Session, guard: SessionGuard, connection: sa.Connection) -> None:
-    """Refuse writes over ``connection`` if it is not the evidence row's, from now until the
+    """Refuse writes over ``connection`` if it is not the evidence row's, and statements that
+    end its transaction if it is (:mod:`outbox.transaction_statements`), from now until the
     outbox transaction ends."""
-    if session.twophase or guard.watching(connection) or _is_evidence(session, guard, connection):
+    if session.twophase or guard.watching(connection):
         return
     if commits_each_statement(connection):
+        return
+    if _is_evidence(session, guard, connection):
+        ends = transaction_statements.watch(guard, connection)
+        guard.watch(connection, lambda: event.remove(connection, "before_cursor_execute", ends))
         return
 
     def before(conn: sa.Connection, cursor: Any, statement: str, *args: Any, **kwargs: Any) -> None:

@@ -24,6 +24,7 @@ from outbox import (
     CommitInsideTransactionError,
     OutboxProducer,
     SendRolledBackError,
+    TransactionStatementError,
 )
 from tests.checker.test_checker import SECRET
 from tests.kafka_helpers import set_topic_config
@@ -126,6 +127,28 @@ def commit_before_any_send(s: Session, send: Callable[[str], None], ids: list[st
     _insert(s, ids[1])
 
 
+def commit_statement_then_raise(s: Session, send: Callable[[str], None], ids: list[str]) -> None:
+    _insert(s, ids[0])
+    send(ids[0])
+    with contextlib.suppress(TransactionStatementError):
+        s.execute(sa.text("COMMIT"))  # would make the order and the evidence row durable
+    raise Declined("after the COMMIT statement")
+
+
+def rollback_statement_after_send(s: Session, send: Callable[[str], None], ids: list[str]) -> None:
+    send(ids[0])
+    _insert(s, ids[0])
+    s.execute(sa.text("ROLLBACK"))  # would undo the order and the evidence row
+    _insert(s, ids[1])
+
+
+def end_statement_caught(s: Session, send: Callable[[str], None], ids: list[str]) -> None:
+    _insert(s, ids[0])
+    send(ids[0])
+    with contextlib.suppress(TransactionStatementError):
+        s.execute(sa.text("END"))  # swallowed: the transaction must still not commit
+
+
 #: What each scenario raises (None: it commits), in every form: the asyncio forms'
 #: (:mod:`tests.outbox.test_session_misuse_async`) run the same scenarios to the same ends.
 OUTCOMES: dict[str, type[Exception] | None] = {
@@ -139,6 +162,10 @@ OUTCOMES: dict[str, type[Exception] | None] = {
     "commit inside, then raise": Declined,
     "commit inside, error swallowed": CommitInsideTransactionError,
     "commit before any send": CommitInsideTransactionError,
+    # the same steps as SQL statements over the session's connection
+    "COMMIT statement, then raise": Declined,
+    "ROLLBACK statement after send": TransactionStatementError,
+    "END statement, error swallowed": TransactionStatementError,
 }
 
 BODIES = {
@@ -151,6 +178,9 @@ BODIES = {
     "commit inside, then raise": commit_inside_then_raise,
     "commit inside, error swallowed": commit_inside_caught,
     "commit before any send": commit_before_any_send,
+    "COMMIT statement, then raise": commit_statement_then_raise,
+    "ROLLBACK statement after send": rollback_statement_after_send,
+    "END statement, error swallowed": end_statement_caught,
 }
 SCENARIOS = {name: Scenario(BODIES[name], raises) for name, raises in OUTCOMES.items()}
 

@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 import outbox
-from outbox import CommitInsideTransactionError, OutboxProducer
+from outbox import CommitInsideTransactionError, OutboxProducer, TransactionStatementError
 from tests.checker.test_checker import SECRET
 from tests.outbox import test_session_misuse as sync_misuse
 from tests.outbox.test_asyncio import async_factory
@@ -127,6 +127,28 @@ async def commit_before_any_send(s: AsyncSession, send: Send, ids: list[str]) ->
     await s.commit()
     await send(ids[1])
     await _insert(s, ids[1])
+
+
+async def commit_statement_then_raise(s: AsyncSession, send: Send, ids: list[str]) -> None:
+    await _insert(s, ids[0])
+    await send(ids[0])
+    with contextlib.suppress(TransactionStatementError):
+        await s.execute(sa.text("COMMIT"))
+    raise Declined("after the COMMIT statement")
+
+
+async def rollback_statement_after_send(s: AsyncSession, send: Send, ids: list[str]) -> None:
+    await send(ids[0])
+    await _insert(s, ids[0])
+    await s.execute(sa.text("ROLLBACK"))
+    await _insert(s, ids[1])
+
+
+async def end_statement_caught(s: AsyncSession, send: Send, ids: list[str]) -> None:
+    await _insert(s, ids[0])
+    await send(ids[0])
+    with contextlib.suppress(TransactionStatementError):
+        await s.execute(sa.text("END"))
 
 
 #: The synchronous forms' scenarios, each with the same outcome: its body here is the coroutine

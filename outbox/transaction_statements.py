@@ -1,0 +1,75 @@
+"""Statements that end the database transaction, run as SQL inside an outbox transaction.
+
+``session.commit()`` and ``session.rollback()`` inside an outbox transaction are seen through
+the session's events (:mod:`outbox.session_guard`). The same steps written as SQL -
+``session.execute(text("COMMIT"))``, ``END``, ``ROLLBACK``, ``ABORT``, ``PREPARE TRANSACTION``
+(code that wants ``CREATE INDEX CONCURRENTLY`` or ``VACUUM`` often does this) - go straight to
+the database: a ``COMMIT`` made the work and the evidence row durable before the outbox decided,
+so a failure after it wrote a ROLLBACK op for committed work (its messages never delivered); a
+``ROLLBACK`` after a send undid the work and the evidence row while the outbox's COMMIT went on
+with what followed, delivering messages for work that was gone.
+
+Such a statement over the evidence row's connection is refused before it runs
+(:class:`~outbox.errors.TransactionStatementError`, a ``before_cursor_execute`` listener added
+by :mod:`outbox.other_databases` with its own), and the transaction rolls back when it ends,
+even if the caller caught the error. ``ROLLBACK TO SAVEPOINT`` and ``RELEASE SAVEPOINT`` (what
+``begin_nested()`` runs) are not refused, nor is a ``BEGIN`` (a no-op warning on PostgreSQL, an
+error on SQLite).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from outbox.errors import TransactionStatementError
+from outbox.session_guard import SessionGuard
+
+#: Leading blanks, parentheses and comments (possessive: no backtracking), then up to two
+#: keywords.
+_WORDS = re.compile(
+    r"(?:\s|\(|--[^\n]*\n|#[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)*+([A-Za-z]+)(?:\s+([A-Za-z]+))?"
+    r"(?:\s+([A-Za-z]+))?"
+)
+_ENDS = frozenset(["COMMIT", "END", "ABORT"])
+
+
+def ends_transaction(statement: str) -> bool:
+    """Whether ``statement`` commits, rolls back or prepares the transaction it runs in (not a
+    savepoint's ``ROLLBACK TO``)."""
+    found = _WORDS.match(statement)
+    if found is None:
+        return False
+    words = [w.upper() for w in found.groups() if w]
+    first = words[0]
+    if first in _ENDS:
+        return True
+    if first == "ROLLBACK":  # ROLLBACK [WORK | TRANSACTION] [TO [SAVEPOINT] name]
+        return "TO" not in words[1:]
+    return first == "PREPARE" and words[1:2] == ["TRANSACTION"]
+
+
+def watch(guard: SessionGuard, connection: sa.Connection) -> Any:
+    """Refuse transaction-ending statements over ``connection`` until the outbox transaction
+    ends; the listener (to remove with the others)."""
+
+    def before(conn: sa.Connection, cursor: Any, statement: str, *args: Any, **kwargs: Any) -> None:
+        if ends_transaction(statement):
+            raise guard.refuse(
+                TransactionStatementError(
+                    f"transaction {guard.txn_id}: the statement {statement[:80]!r} would end the "
+                    "database transaction inside an outbox transaction, before the outbox "
+                    "decides (a COMMIT here makes the work durable even if the transaction then "
+                    "fails, a ROLLBACK undoes work its messages announce). It did not run; the "
+                    "transaction is refused and rolls back. The outbox commits when the "
+                    "decorated function returns (or the `with` block ends); run statements "
+                    "that need their own transaction (CREATE INDEX CONCURRENTLY, VACUUM) "
+                    "outside it, on a connection of their own"
+                )
+            )
+
+    event.listen(connection, "before_cursor_execute", before)
+    return before
