@@ -68,9 +68,8 @@ _READS = frozenset(
         "LOCK",
     ]
 )
-#: Leading blanks, parentheses and comments (no comment body can hold its own end, and the
-#: group is possessive, so no input makes the match backtrack), then the first keyword.
-_FIRST_WORD = re.compile(r"(?:\s|\(|--[^\n]*\n|#[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)*+([A-Za-z]+)")
+#: The first keyword, after blanks, parentheses and comments.
+_FIRST_WORD = re.compile(transaction_statements.LEADING + r"([A-Za-z]+)")
 #: What makes a statement of a reading keyword write after all: a data-modifying part of a
 #: ``WITH``, ``SELECT ... INTO`` (a new table), ``EXPLAIN ANALYZE`` (runs the statement).
 _WRITES_INSIDE = {

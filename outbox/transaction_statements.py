@@ -28,12 +28,12 @@ from sqlalchemy import event
 from outbox.errors import TransactionStatementError
 from outbox.session_guard import SessionGuard
 
-#: Leading blanks, parentheses and comments (possessive: no backtracking), then up to two
-#: keywords.
-_WORDS = re.compile(
-    r"(?:\s|\(|--[^\n]*\n|#[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)*+([A-Za-z]+)(?:\s+([A-Za-z]+))?"
-    r"(?:\s+([A-Za-z]+))?"
-)
+#: What comes before a statement's first keyword: blanks, parentheses and comments (no comment
+#: body can hold its own end, and the group is possessive, so no input makes a match
+#: backtrack). Shared with :mod:`outbox.other_databases`.
+LEADING = r"(?:\s|\(|--[^\n]*\n|#[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)*+"
+#: The first keyword and up to two more.
+_WORDS = re.compile(LEADING + r"([A-Za-z]+)(?:\s+([A-Za-z]+))?(?:\s+([A-Za-z]+))?")
 _ENDS = frozenset(["COMMIT", "END", "ABORT"])
 
 
