@@ -205,7 +205,15 @@ class AsyncOutboxTransaction:
     async def _send_messages(
         self, messages: list[HalfMessage], count: int | None
     ) -> HalfCoordinates:
-        async with self._sending:
+        try:
+            await self._sending.acquire()
+        except BaseException as err:
+            # Cancelled while it waited for another send (a timeout, a task cancelled): its
+            # message was never sent, and code that catches the cancellation goes on as if it
+            # had been; the COMMIT must not carry the rest without it.
+            self.core.broke(err)
+            raise
+        try:
             if self._closed:
                 late = NoActiveTransactionError(
                     f"transaction {self.txn_id} is ending: a send started after its block "
@@ -230,6 +238,8 @@ class AsyncOutboxTransaction:
                 self.core.broke(err)
                 raise
             return coordinates
+        finally:
+            self._sending.release()
 
     async def _sent(self) -> None:
         """After a send, or while its records travel: the evidence row with the first, then

@@ -395,21 +395,22 @@ def test_a_failed_send_the_code_caught_or_a_send_left_running_never_splits_the_t
     topics: Topics,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Three ways asyncio lets code go on past a send (found in review, failing before):
+    """Four ways asyncio lets code go on past a send (found in review, failing before):
     a send Kafka refused whose error the code caught (beside another send of a gather), a
-    send started as a task and never awaited, and two sends started as tasks, the second
-    waiting for the first when the block ended. The first must refuse the commit (no row,
+    send started as a task and never awaited, two sends started as tasks, the second
+    waiting for the first when the block ended, and a send cancelled while it waited for another
+    (a timeout's cancellation the code caught). The first must refuse the commit (no row,
     nothing delivered); the second must be waited for, so its evidence row is in the commit and
     the checker answers COMMIT for it (before: committed without the row, fenced, ROLLBACK); the
     third must refuse it too, its second send refused as late (before: committed without that
-    message)."""
+    message); the fourth too, as a send that failed (before: committed without that message)."""
     # the half topic takes records of 2 KB at most; the producer's own check allows 1 MiB
     set_topic_config(kafka_bootstrap, outbox_settings.topics.half, "max.message.bytes", "2048")
     producer.serve_checks(engine=engine, secret=SECRET)
     with pipeline(kafka_bootstrap, topics) as running:
         topic = running.topic
-        caught, left_running, queued = (
-            f"{n}-{uuid.uuid4().hex[:8]}" for n in ("caught", "running", "queued")
+        caught, left_running, queued, cancelled = (
+            f"{n}-{uuid.uuid4().hex[:8]}" for n in ("caught", "running", "queued", "cancelled")
         )
         txn_ids: list[str] = []
         raised: list[type[BaseException]] = []
@@ -447,6 +448,20 @@ def test_a_failed_send_the_code_caught_or_a_send_left_running_never_splits_the_t
                         tasks.append(asyncio.create_task(txn.send(topic, value, key=queued)))
                     await asyncio.sleep(0)  # the first sends, the second waits for it to end
 
+                @outbox.transactional(producer=producer, session_factory=factory)
+                async def one_cancelled(*, session: AsyncSession) -> None:
+                    txn = outbox.current_transaction()
+                    assert isinstance(txn, AsyncOutboxTransaction)
+                    txn_ids.append(txn.txn_id)
+                    await _insert(session, cancelled)
+                    first = asyncio.create_task(txn.send(topic, cancelled, key=cancelled))
+                    second = asyncio.create_task(txn.send(topic, f"{cancelled}-2", key=cancelled))
+                    await asyncio.sleep(0)  # the first sends, the second waits for it to end
+                    second.cancel()  # what a timeout does; the code catches it and goes on
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await second
+                    await first
+
                 try:
                     await swallow()
                 except HalfSendError as err:
@@ -458,19 +473,26 @@ def test_a_failed_send_the_code_caught_or_a_send_left_running_never_splits_the_t
                 except HalfSendError as err:
                     raised.append(type(err))
                     assert "is ending" in str(err)
+                try:
+                    await one_cancelled()
+                except HalfSendError as err:
+                    raised.append(type(err))
+                    assert "cannot commit" in str(err)
                 await asyncio.gather(*tasks, return_exceptions=True)
 
         with ops_lost(producer, monkeypatch):
             asyncio.run(main())
-        assert raised == [HalfSendError, HalfSendError]
+        assert raised == [HalfSendError, HalfSendError, HalfSendError]
         decided = running.decided([t for t in txn_ids if t in {h.txn_id for h in topics.halves()}])
         rows = set(order_ids(engine))
         assert caught not in rows and left_running in rows and queued not in rows
+        assert cancelled not in rows
         assert decided[txn_ids[1]] == "COMMIT"  # from the evidence row the commit carried
         assert decided[txn_ids[2]] == "ROLLBACK"  # a send queued behind the block's end
+        assert decided[txn_ids[3]] == "ROLLBACK"  # a send cancelled while it waited
         delivered = running.settle(lambda: {left_running})
         assert delivered[left_running] == 1 and caught not in delivered
-        assert not {queued, f"{queued}-second"} & set(delivered)
+        assert not {queued, f"{queued}-second", cancelled, f"{cancelled}-2"} & set(delivered)
 
 
 def test_a_scope_is_entered_once_and_a_task_outliving_its_transaction_joins_none(
