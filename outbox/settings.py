@@ -70,6 +70,9 @@ class OutboxSettings:
             segment's roll time (7 days by default), its decision must not.
             Env: ``OUTBOX_OP_RETENTION_MS``.
         max_message_bytes: largest serialized value accepted by ``send()``. Defaults to 1 MiB.
+            The whole half record (value, key, headers and the outbox's own) must also fit in
+            librdkafka's ``message.max.bytes`` (1,000,000 unless ``kafka`` sets it):
+            :attr:`max_record_bytes`.
         send_timeout_s: how long one half send may wait for its acknowledgement. Defaults to 10 s.
         send_attempts: attempts at a half send before giving up (tenacity). Defaults to 3.
         wait_for_op: wait for the op record's acknowledgement before the transaction call
@@ -224,8 +227,13 @@ class OutboxSettings:
         and must fit in a Kafka record (librdkafka's ``message.max.bytes``, from ``kafka`` or
         its default, and the broker's default ``max.message.bytes``, the smaller): 49,590 by
         default (:func:`outbox.protocol.op.max_half_offsets`)."""
-        client = int(self.kafka.get("message.max.bytes", CLIENT_MAX_MESSAGE_BYTES))
-        return max_half_offsets(min(client, BROKER_MAX_MESSAGE_BYTES))
+        return max_half_offsets(min(self.max_record_bytes, BROKER_MAX_MESSAGE_BYTES))
+
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest half record librdkafka sends: its ``message.max.bytes``, from ``kafka``
+        or its default of 1,000,000 (:func:`outbox.protocol.record_size.refuse_oversized`)."""
+        return int(self.kafka.get("message.max.bytes", CLIENT_MAX_MESSAGE_BYTES))
 
     @classmethod
     def from_env(

@@ -30,6 +30,7 @@ from outbox.protocol.half import HalfMessage
 from outbox.protocol.ids import new_transaction_id
 from outbox.protocol.op import OpRecord
 from outbox.protocol.partitioning import partition_for
+from outbox.protocol.record_size import refuse_oversized
 from outbox.protocol.states import CheckBy, DecidedBy, LocalTransactionState, OpState
 
 if TYPE_CHECKING:
@@ -390,6 +391,14 @@ class OutboxTransaction:
                 "message.max.bytes and the op topic's max.message.bytes). Nothing of this send "
                 "was sent; split the work over several transactions"
             )
+        settings = self.producer.settings
+        refuse_oversized(
+            messages,
+            limit=settings.max_record_bytes,
+            producer_group=settings.producer_group,
+            schema_version=settings.half_schema_version,
+            check_by=self._check_by,
+        )
         if self.partition is None:
             self.partition = self._choose_partition(messages[0])
         return HalfBatch(

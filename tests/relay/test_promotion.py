@@ -9,6 +9,13 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from outbox.protocol import DecidedBy, HalfMessage, HalfRecord, OpRecord, OpState, TopicNames
+from outbox.protocol.headers import HALF_SCHEMA_VERSIONS
+from outbox.protocol.record_size import (
+    HEADER_FRAMING_BYTES,
+    RECORD_FRAMING_BYTES,
+    half_record_bytes,
+)
+from outbox.protocol.states import CheckBy
 from relay.actions import Promote
 from relay.log_ends import LogEnds
 from relay.promotion import promoted, promoted_headers
@@ -43,6 +50,29 @@ def record(index: int, group: str = "g", *, key: bytes | None = b"k", count: int
 def test_the_fast_headers_equal_the_general_ones(index: int, group: str) -> None:
     for _ in range(2):  # the second time from the cache of encoded groups
         assert promoted_headers(record(index, group)) == promoted(record(index, group)).headers
+
+
+@pytest.mark.parametrize("schema_version", HALF_SCHEMA_VERSIONS)
+@pytest.mark.parametrize("key", [None, b"", b"k" * 40])
+@pytest.mark.parametrize("group", ["g", "g" * 249])
+def test_a_promoted_record_is_smaller_than_the_producers_bound_of_its_half_record(
+    schema_version: int, key: bytes | None, group: str
+) -> None:
+    """A relay with the producers' ``message.max.bytes`` promotes every half record they sent
+    (outbox/protocol/record_size.py): the promoted record, counted as librdkafka does, never
+    passes the bound the producer checked its half record against."""
+    for index in (0, 63, 64, 49_589):
+        half = record(index, group, key=key, count=index + 1)
+        out = promoted(half)
+        size = RECORD_FRAMING_BYTES + len(out.key or b"") + len(out.value or b"")
+        size += sum(HEADER_FRAMING_BYTES + len(n.encode()) + len(v) for n, v in out.headers)
+        bound = half_record_bytes(
+            half.message,
+            producer_group=group,
+            schema_version=schema_version,
+            check_by=CheckBy.EVIDENCE,
+        )
+        assert size < bound
 
 
 class Producer:
