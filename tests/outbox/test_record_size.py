@@ -19,7 +19,13 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import sessionmaker
 
-from outbox import MessageTooLargeError, OutboxProducer, OutboxSettings
+from outbox import (
+    Message,
+    MessageTooLargeError,
+    OutboxProducer,
+    OutboxSettings,
+    TransactionalProducer,
+)
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.headers import HALF_SCHEMA_VERSIONS
 from outbox.protocol.record_size import (
@@ -32,7 +38,8 @@ from outbox.protocol.states import CheckBy
 from tests.checker.test_checker import SECRET, wait_for
 from tests.kafka_helpers import unique
 from tests.outbox.test_asyncio import async_factory
-from tests.pipeline import pipeline
+from tests.outbox.test_listener_checks import OrdersListener, Plan, State
+from tests.pipeline import ops_lost, pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 from tests.relay.test_relay import read_topic
 
@@ -67,14 +74,16 @@ def test_the_default_record_bound_is_librdkafkas() -> None:
     assert raised.max_record_bytes == 2_000_000
 
 
-def _value_at_the_limit(settings: OutboxSettings, topic: str, key: str) -> int:
+def _value_at_the_limit(
+    settings: OutboxSettings, topic: str, key: str, check_by: CheckBy = CheckBy.EVIDENCE
+) -> int:
     """The longest value whose half record fits librdkafka's message.max.bytes."""
     empty = HalfMessage(topic, b"", key.encode(), ())
     room = half_record_bytes(
         empty,
         producer_group=settings.producer_group,
         schema_version=settings.half_schema_version,
-        check_by=CheckBy.EVIDENCE,
+        check_by=check_by,
     )
     return settings.max_record_bytes - room
 
@@ -138,3 +147,41 @@ def test_a_record_at_the_limit_is_delivered_and_one_past_it_is_refused_before_it
         assert delivered() == {at: 1, past: 1, in_asyncio: 1}
         [big] = [m for m in read_topic(kafka_bootstrap, topic) if m.key() == at.encode()]
         assert big.value() == b"a" * most
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_listener_transaction_at_the_limit_is_checked_with_its_value_read_back(
+    kafka_bootstrap: str,
+    db_url: str,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    topics: Topics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RocketMQ's form with a message at the limit and its op lost: the check request cannot
+    carry the value (base64 in JSON, it is over the request's 1 MiB; the checker leaves it
+    out), so the endpoint reads it back from the half
+    topic and the listener decides on the whole message."""
+    listener = OrdersListener(engine)
+    sender = TransactionalProducer(producer, listener, answer_timeout_s=1)
+    producer.serve_checks(engine=engine, secret=SECRET)
+    order_id = unique("listener-at")
+    with pipeline(kafka_bootstrap, topics) as running:
+        most = _value_at_the_limit(producer.settings, running.topic, order_id, CheckBy.LISTENER)
+        with ops_lost(producer, monkeypatch):
+            result = sender.send_message_in_transaction(
+                Message(running.topic, b"L" * most, key=order_id), arg=Plan(True, State.COMMIT)
+            )
+        assert running.decided([result.transaction_id]) == {result.transaction_id: "COMMIT"}
+        wait_for(
+            lambda: any(
+                m.key() == order_id.encode() for m in read_topic(kafka_bootstrap, running.topic)
+            )
+        )
+        time.sleep(2)  # a duplicate would show up by then
+        delivered = [m for m in read_topic(kafka_bootstrap, running.topic)]
+        assert [(m.key(), m.value()) for m in delivered] == [(order_id.encode(), b"L" * most)]
+    assert order_id in order_ids(engine)
+    [view] = [v for v in listener.checked if v.transaction_id == result.transaction_id][:1]
+    assert view.value == b"L" * most
