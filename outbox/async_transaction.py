@@ -19,7 +19,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 from outbox import tracing
-from outbox.errors import NoActiveTransactionError, SendNotAwaitedError, WrongFormError
+from outbox.errors import (
+    HalfSendError,
+    NoActiveTransactionError,
+    SendNotAwaitedError,
+    WrongFormError,
+)
 from outbox.message import Headers, Message, Serializer
 from outbox.protocol.half import HalfMessage
 from outbox.protocol.states import CheckBy, LocalTransactionState
@@ -211,7 +216,12 @@ class AsyncOutboxTransaction:
             # Cancelled while it waited for another send (a timeout, a task cancelled): its
             # message was never sent, and code that catches the cancellation goes on as if it
             # had been; the COMMIT must not carry the rest without it.
-            self.core.broke(err)
+            unsent = HalfSendError(
+                f"a send of {len(messages)} message(s) was interrupted ({err!r}) while it "
+                "waited for another send of the transaction; none of them was sent"
+            )
+            unsent.__cause__ = err
+            self.core.broke(unsent)
             raise
         try:
             if self._closed:

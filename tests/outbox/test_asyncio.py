@@ -477,7 +477,7 @@ def test_a_failed_send_the_code_caught_or_a_send_left_running_never_splits_the_t
                     await one_cancelled()
                 except HalfSendError as err:
                     raised.append(type(err))
-                    assert "cannot commit" in str(err)
+                    assert "cannot commit" in str(err) and "none of them was sent" in str(err)
                 await asyncio.gather(*tasks, return_exceptions=True)
 
         with ops_lost(producer, monkeypatch):
