@@ -7,7 +7,7 @@ CACHE := $(CURDIR)/.cache
 MVN := mvn -q -B -Dmaven.repo.local=$(CACHE)/m2
 export OUTBOX_CACHE_DIR := $(CACHE)
 
-.PHONY: help setup system venv jars demo test test-processes test-scale test-broker test-cluster test-cluster-newest test-unit lint fmt constraints clean image bench bench-quick bench-audit
+.PHONY: help setup system venv jars demo test test-processes test-scale test-broker test-uvloop test-cluster test-cluster-newest test-unit lint fmt constraints clean image bench bench-quick bench-audit
 
 help:
 	@echo "make demo      - orders service + relay + read_committed consumer on a local broker and SQLite"
@@ -15,6 +15,7 @@ help:
 	@echo "make test-processes - tests that kill, freeze or stop OS processes: services, a broker, the demo, an example, a built package (.ci/run runs them)"
 	@echo "make test-scale - tests that push a bound to its extreme: 10,000 transactions end to end and audited, 1,000 parked, every point of a transaction interrupted (.ci/run runs them)"
 	@echo "make test-unit - tests that start no services"
+	@echo "make test-uvloop - the asyncio forms' suites again on uvloop, the loop uvicorn[standard] runs FastAPI on (.ci/run runs them)"
 	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
 	@echo "make test-cluster-newest - the three-broker fault test on the newest Kafka release"
@@ -83,6 +84,17 @@ test-scale: setup
 # check and the relay across a broker restart (~3 min); .ci/run runs them too.
 test-broker: setup
 	$(BIN)/pytest -m broker_guard
+
+# The asyncio forms' suites again, on uvloop (what uvicorn[standard] runs FastAPI on): its loop
+# schedules, cancels and runs executors its own way, and the guarantees must hold on the loop
+# users deploy on (~6 min; .ci/run runs them). test_event_loop proves the session is on uvloop.
+UVLOOP_TESTS := tests/outbox/testing/test_event_loop.py tests/outbox/test_asyncio.py \
+	tests/outbox/test_asyncio_cancel.py tests/outbox/test_asyncio_cancel_listener.py \
+	tests/outbox/test_session_misuse_async.py tests/outbox/test_broker_down_async.py \
+	tests/outbox/test_fastapi_dependency.py tests/outbox/checks/test_async_endpoint.py \
+	tests/outbox/checks/test_asgi.py
+test-uvloop: setup
+	OUTBOX_TEST_EVENT_LOOP=uvloop $(BIN)/pytest -m "not broker_guard and not cluster" $(UVLOOP_TESTS)
 
 # Tests beyond one broker or one process (three Kafka brokers killed and restarted under load,
 # on the pinned and the newest Kafka release; a Spark standalone master and workers; Kafka

@@ -10,8 +10,9 @@ PostgreSQL and SQLite), ``schema_registry_url`` (a Confluent-compatible schema r
 ``schema_registry_service`` handles, ``kafka_cluster`` (three brokers, replication factor 3 and
 ``min.insync.replicas=2``, once on the pinned Kafka release and once on the newest), and
 ``local_kafka`` / ``local_postgres`` / ``container_kafka`` / ``container_postgres`` pinned to one
-provider. Under ``CI=true`` a service that cannot start FAILS the test; elsewhere it skips with
-the reason (never a silent pass).
+provider. ``OUTBOX_TEST_EVENT_LOOP=uvloop`` runs the session's asyncio code on uvloop
+(:mod:`outbox.testing.event_loop`). Under ``CI=true`` a service that cannot start FAILS the
+test; elsewhere it skips with the reason (never a silent pass).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from outbox.testing.event_loop import use_event_loop
 from outbox.testing.kafka_cluster import KafkaCluster
 from outbox.testing.providers import Provider, start_kafka, start_postgres, start_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
@@ -167,9 +169,15 @@ def container_postgres(request: pytest.FixtureRequest) -> Iterator[RunningServic
 def pytest_configure(config: pytest.Config) -> None:
     """A SIGTERM (``timeout``, a CI runner cancelling the job) ends the session like Ctrl-C
     does, so the services and processes it started are stopped (their ``atexit`` handlers and
-    fixture teardowns run) instead of being left running to slow down the next run."""
+    fixture teardowns run) instead of being left running to slow down the next run. And the
+    session's event loop is the one ``OUTBOX_TEST_EVENT_LOOP`` names (asyncio's by default)."""
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        settings = HarnessSettings.from_env()
+        use_event_loop(settings.event_loop)
+    except ServiceStartError as err:
+        raise pytest.UsageError(str(err)) from err
 
 
 def _interrupted(signum: int, frame: object) -> None:

@@ -17,9 +17,11 @@ ENV_SCHEMA_REGISTRY_URL = ENV_PREFIX + "SCHEMA_REGISTRY_URL"
 ENV_KAFKA_IMAGE = ENV_PREFIX + "KAFKA_IMAGE"
 ENV_POSTGRES_IMAGE = ENV_PREFIX + "POSTGRES_IMAGE"
 ENV_BUILD_IMAGES = ENV_PREFIX + "BUILD_IMAGES"
+ENV_EVENT_LOOP = ENV_PREFIX + "EVENT_LOOP"
 ENV_CACHE_DIR = "OUTBOX_CACHE_DIR"
 
 PROVIDERS = ("auto", "containers", "local")
+EVENT_LOOPS = ("asyncio", "uvloop")
 LOCAL_KAFKA_IMAGE = "localhost/outbox-kafka"
 LOCAL_POSTGRES_IMAGE = "localhost/outbox-postgres"
 
@@ -53,6 +55,10 @@ class HarnessSettings:
             ``OUTBOX_TEST_POSTGRES_IMAGE``.
         build_images: build the images locally instead of pulling (machines with no registry).
             Defaults to on under Podman, off under Docker. Env: ``OUTBOX_TEST_BUILD_IMAGES``.
+        event_loop: the event loop ``asyncio.run`` and ``asyncio.new_event_loop`` make in the
+            session: "asyncio" (the standard library's) or "uvloop" (what ``uvicorn[standard]``
+            runs FastAPI on; needs the ``uvloop`` package). Defaults to "asyncio".
+            Env: ``OUTBOX_TEST_EVENT_LOOP``.
         cache_dir: where Maven jars, built image roots and podman's config live.
             Env: ``OUTBOX_CACHE_DIR``. Defaults to the checkout's ``.cache``.
         ci: failures to start a service fail the run instead of skipping. Env: ``CI``.
@@ -65,6 +71,7 @@ class HarnessSettings:
     kafka_image: str | None = None
     postgres_image: str | None = None
     build_images: bool | None = None
+    event_loop: str = "asyncio"
     cache_dir: Path = Path(".cache")
     ci: bool = False
 
@@ -72,6 +79,11 @@ class HarnessSettings:
         if self.provider not in PROVIDERS:
             raise ServiceStartError(
                 f"{ENV_PROVIDER}={self.provider!r} is not a provider; use one of {PROVIDERS}"
+            )
+        if self.event_loop not in EVENT_LOOPS:
+            raise ServiceStartError(
+                f"{ENV_EVENT_LOOP}={self.event_loop!r} is not an event loop; use one of "
+                f"{EVENT_LOOPS}"
             )
 
     @classmethod
@@ -86,6 +98,7 @@ class HarnessSettings:
             kafka_image=env.get(ENV_KAFKA_IMAGE) or None,
             postgres_image=env.get(ENV_POSTGRES_IMAGE) or None,
             build_images=None if build is None else _truthy(build),
+            event_loop=env.get(ENV_EVENT_LOOP, "asyncio").strip().lower() or "asyncio",
             cache_dir=Path(env[ENV_CACHE_DIR]) if env.get(ENV_CACHE_DIR) else _default_cache_dir(),
             ci=_truthy(env.get("CI", "")),
         )

@@ -58,3 +58,10 @@ def test_a_missing_schema_registry_build_names_the_folder_and_the_fix(tmp_path: 
     settings = HarnessSettings(cache_dir=tmp_path)
     with pytest.raises(ServiceStartError, match=r"no schema registry in .*make jars"):
         settings.schema_registry_jar()
+
+
+def test_the_event_loop_comes_from_the_environment_and_unknown_ones_are_rejected() -> None:
+    assert HarnessSettings.from_env({}).event_loop == "asyncio"
+    assert HarnessSettings.from_env({"OUTBOX_TEST_EVENT_LOOP": " UVLoop "}).event_loop == "uvloop"
+    with pytest.raises(ServiceStartError, match=r"'trio' is not an event loop.*uvloop"):
+        HarnessSettings.from_env({"OUTBOX_TEST_EVENT_LOOP": "trio"})
