@@ -26,6 +26,7 @@ from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
 from outbox.transaction import OutboxTransaction, TransactionHost
+from outbox.witnesses import witness_commit
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -92,6 +93,8 @@ async def run_async(
                 discarded = True
             raise
         await txn.finish(LocalTransactionState.COMMIT)
+        if txn.core.partition is not None:  # its evidence row committed
+            witness_commit(producer.witnesses, db.sync_session, txn.txn_id)
     except BaseException as err:
         if commit_began and txn.state in (None, LocalTransactionState.UNKNOWN):
             # Interrupted after the COMMIT returned, or while a failed one was handled: the

@@ -47,6 +47,7 @@ from outbox.nesting import SessionSource
 from outbox.registry import Heartbeat, new_instance_id
 from outbox.scope import TransactionScope
 from outbox.settings import OutboxSettings
+from outbox.witnesses import CommitWitnesses
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -84,6 +85,9 @@ class OutboxProducer:
         self.key_serializer = key_serializer
         #: None without prometheus_client; for a resolver made by hand (``metrics=``).
         self.metrics = producer_metrics(settings.producer_group, metrics_registry)
+        #: The latest transaction committed in each database: the check endpoint's resolver
+        #: fences only in a database where it sees them (:mod:`outbox.witnesses`).
+        self.witnesses = CommitWitnesses()
         tracing.load()  # the OpenTelemetry API, if installed (outbox.tracing)
         self._closed = False
         self._kafka = PerProcess(self._new_clients, "Kafka clients")
@@ -237,6 +241,7 @@ class OutboxProducer:
                 self.settings.producer_group,
                 lock_timeout_s=lock_timeout_s,
                 metrics=self.metrics,
+                witnesses=self.witnesses,
             )
         warn_unreachable(None, advertise_url, advertise_url)
         check_settings = self._check_settings(secret, insecure_local)
@@ -276,6 +281,7 @@ class OutboxProducer:
                 self.settings.producer_group,
                 lock_timeout_s=lock_timeout_s,
                 metrics=self.metrics,
+                witnesses=self.witnesses,
             )
         if resolver is None and self._listener is None:
             raise ConfigurationError(

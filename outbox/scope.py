@@ -52,6 +52,7 @@ from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
 from outbox.session_guard import SessionGuard
 from outbox.transaction import OutboxTransaction, TransactionHost
+from outbox.witnesses import witness_commit
 
 log = logging.getLogger("outbox")
 
@@ -182,6 +183,8 @@ def run_sync(
                 discarded = True
             raise
         txn.finish(LocalTransactionState.COMMIT)
+        if txn.partition is not None:  # its evidence row committed
+            witness_commit(producer.witnesses, db, txn.txn_id)
     except BaseException as err:
         if commit_began and txn.state in (None, LocalTransactionState.UNKNOWN):
             # Interrupted after the COMMIT returned, or while a failed one was handled: the

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from outbox.settings import OutboxSettings
+    from outbox.witnesses import CommitWitnesses
 
 log = logging.getLogger("outbox")
 
@@ -48,6 +49,7 @@ class TransactionHost(Protocol):
     settings: OutboxSettings
     serializer: Serializer | None
     key_serializer: Serializer | None
+    witnesses: CommitWitnesses
 
     @property
     def kafka(self) -> KafkaIO: ...

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from outbox.checks.resolver import FencedResolver, State
 from outbox.metrics import ProducerMetrics
 from outbox.protocol.check import CheckedTransaction
+from outbox.witnesses import CommitWitnesses
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -35,11 +36,16 @@ class AsyncFencedResolver:
         *,
         lock_timeout_s: float = 2.0,
         metrics: ProducerMetrics | None = None,
+        witnesses: CommitWitnesses | None = None,
     ) -> None:
         self.engine = engine
         self.producer_group = producer_group
         self._fenced = FencedResolver(
-            engine.sync_engine, producer_group, lock_timeout_s=lock_timeout_s, metrics=metrics
+            engine.sync_engine,
+            producer_group,
+            lock_timeout_s=lock_timeout_s,
+            metrics=metrics,
+            witnesses=witnesses,
         )
 
     async def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:

@@ -8,7 +8,9 @@
   (PostgreSQL: an uncommitted insert of the same key; SQLite: the write lock), the insert waits
   at most ``lock_timeout_s`` and the answer is UNKNOWN. A transaction older than the evidence
   table's pruning horizon (:mod:`outbox.pruning`) is never fenced: its row may have been pruned,
-  so it answers UNKNOWN.
+  so it answers UNKNOWN. Nor does it fence in a database that lacks the evidence rows the
+  producer's latest COMMITs wrote (:mod:`outbox.witnesses`): it is not the database the
+  transactions commit to, and it answers UNKNOWN, logging why.
 - :class:`~outbox.checks.listener.FunctionResolver` asks the application's
   ``check_local_transaction(message)``, RocketMQ's way.
 """
@@ -29,6 +31,7 @@ from outbox.protocol.check import CheckedTransaction
 from outbox.protocol.ids import transaction_id_millis
 from outbox.protocol.states import LocalTransactionState
 from outbox.pruning import PRUNE_MARGIN_MS, pruned_before_ms
+from outbox.witnesses import CommitWitnesses
 
 State = LocalTransactionState
 log = logging.getLogger("outbox.checks")
@@ -45,6 +48,8 @@ class FencedResolver:
 
     ``metrics`` counts each fence written (``outbox_producer_fences_total``); a resolver made
     by the producer gets the producer's, one made by hand takes ``metrics=producer.metrics``.
+    ``witnesses`` likewise (``witnesses=producer.witnesses``): without them the resolver cannot
+    tell that its engine is another database than the transactions commit to.
     """
 
     #: Needs only the transaction ids: a value the checker left out need not be fetched.
@@ -57,11 +62,13 @@ class FencedResolver:
         *,
         lock_timeout_s: float = 2.0,
         metrics: ProducerMetrics | None = None,
+        witnesses: CommitWitnesses | None = None,
     ) -> None:
         self.engine = engine
         self.producer_group = producer_group
         self.lock_timeout_s = lock_timeout_s
         self.metrics = metrics
+        self.witnesses = witnesses
 
     def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
         with self.engine.connect() as conn:
@@ -73,17 +80,46 @@ class FencedResolver:
         """:meth:`resolve` on one connection (the asyncio resolver runs it through
         ``AsyncConnection.run_sync``: one way of answering for both)."""
         txn_ids = [c.txn_id for c in checks]
-        known = self._known(conn, txn_ids)
+        witnesses = {} if self.witnesses is None else self.witnesses.latest()
+        known = self._known(conn, list(dict.fromkeys([*txn_ids, *witnesses.values()])))
         answers = {t: _state(known[t]) for t in txn_ids if t in known}
         missing = [t for t in txn_ids if t not in answers]
         if missing:
             horizon = pruned_before_ms(conn)
             conn.rollback()  # end the read: each fence is a transaction of its own
+            unseen = {
+                database: t
+                for database, t in witnesses.items()
+                if t not in known and not _maybe_pruned(t, horizon)
+            }
+            if unseen:
+                self._refuse_to_fence(conn, missing, unseen)
+                return {**answers, **dict.fromkeys(missing, State.UNKNOWN)}
             for txn_id in missing:
                 answers[txn_id] = (
                     State.UNKNOWN if _maybe_pruned(txn_id, horizon) else self._fence(conn, txn_id)
                 )
         return answers
+
+    def _refuse_to_fence(
+        self, conn: sa.Connection, missing: Sequence[str], unseen: dict[str, str]
+    ) -> None:
+        """The engine is not (or not the only) database this producer's transactions commit
+        to: a fence here would answer ROLLBACK for transactions that may have committed there.
+        Say so; the checker asks again (and again: the error repeats until it is fixed)."""
+        here = conn.engine.url.render_as_string(hide_password=True)
+        there = "; ".join(f"{t} committed in {database}" for database, t in unseen.items())
+        log.error(
+            "not fencing %d transaction(s) (answering UNKNOWN, e.g. %s): the check endpoint's "
+            "database %s does not hold the evidence rows of transactions this producer "
+            "committed (%s). Give serve_checks()/check_app() the engine of the database the "
+            "transactions write to; a producer group whose transactions commit to several "
+            "databases needs a producer group per database",
+            len(missing),
+            missing[0],
+            here,
+            there,
+        )
 
     def _known(self, conn: sa.Connection, txn_ids: Sequence[str]) -> dict[str, str]:
         query = sa.select(evidence_table.c.txn_id, evidence_table.c.kind).where(

@@ -1,0 +1,72 @@
+"""Commit witnesses: the latest transaction this producer committed in each database.
+
+A check's fence is only the truth in the database the transactions write their evidence to: a
+check endpoint given another engine (a wrong DSN, the staging database, one shard of several
+the producer group writes to) finds no evidence there for a transaction that committed, fences
+it, and answers ROLLBACK - and the committed transaction's messages are never delivered.
+
+So each COMMIT that wrote an evidence row records its transaction id here, under the database
+it went to. Before it fences, :class:`~outbox.checks.resolver.FencedResolver` looks for these
+witnesses' evidence rows in its own database (in the query it makes anyway): one it cannot see
+means its database is not (or not the only) one the transactions commit to, and it answers
+UNKNOWN instead of fencing, logging what differs. The checker asks again; nothing is decided
+from the wrong database.
+
+A process that has committed nothing yet has no witness and fences as before. One witness is
+kept per engine URL, for the :data:`MAX_DATABASES` databases most recently committed to.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from outbox.evidence import EVIDENCE_INSERT
+
+#: Databases remembered (the least recently committed to is forgotten first): an application
+#: that makes an engine per request must not grow this without bound.
+MAX_DATABASES = 16
+
+
+class CommitWitnesses:
+    """The latest committed transaction id per database (engine URL), safe across threads."""
+
+    def __init__(self) -> None:
+        self._latest: OrderedDict[str, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def committed(self, database: str, txn_id: str) -> None:
+        """``txn_id`` committed its evidence row in ``database`` (its COMMIT returned)."""
+        with self._lock:
+            self._latest[database] = txn_id
+            self._latest.move_to_end(database)
+            while len(self._latest) > MAX_DATABASES:
+                self._latest.popitem(last=False)
+
+    def latest(self) -> dict[str, str]:
+        """Database → the latest transaction id committed there."""
+        with self._lock:
+            return dict(self._latest)
+
+
+def database_of(session: Session) -> str | None:
+    """The URL (password hidden) of the database the session writes evidence rows to, or None
+    when it cannot tell (no bind for it, or a routing ``get_bind``'s own failure: a COMMIT that
+    happened is never turned into an error by its witness)."""
+    try:
+        bind = session.get_bind(clause=EVIDENCE_INSERT)
+    except Exception:
+        return None
+    engine = bind.engine if isinstance(bind, sa.Connection) else bind
+    return engine.url.render_as_string(hide_password=True)
+
+
+def witness_commit(witnesses: CommitWitnesses, session: Session, txn_id: str) -> None:
+    """Record ``txn_id``, whose evidence row ``session`` just committed, as its database's
+    latest witness."""
+    database = database_of(session)
+    if database is not None:
+        witnesses.committed(database, txn_id)
