@@ -92,9 +92,9 @@ async def run_async(
                 await discard_connections_async(db, txn.txn_id)
                 discarded = True
             raise
-        await txn.finish(LocalTransactionState.COMMIT)
         if txn.core.partition is not None:  # its evidence row committed
             witness_commit(producer.witnesses, db.sync_session, txn.txn_id)
+        await txn.finish(LocalTransactionState.COMMIT)
     except BaseException as err:
         if commit_began and txn.state in (None, LocalTransactionState.UNKNOWN):
             # Interrupted after the COMMIT returned, or while a failed one was handled: the

@@ -182,9 +182,9 @@ def run_sync(
                 discard_connections(db.invalidate, txn.txn_id)
                 discarded = True
             raise
-        txn.finish(LocalTransactionState.COMMIT)
         if txn.partition is not None:  # its evidence row committed
             witness_commit(producer.witnesses, db, txn.txn_id)
+        txn.finish(LocalTransactionState.COMMIT)
     except BaseException as err:
         if commit_began and txn.state in (None, LocalTransactionState.UNKNOWN):
             # Interrupted after the COMMIT returned, or while a failed one was handled: the

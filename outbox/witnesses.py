@@ -18,6 +18,8 @@ kept per engine URL, for the :data:`MAX_DATABASES` databases most recently commi
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections import OrderedDict
 
@@ -26,21 +28,32 @@ from sqlalchemy.orm import Session
 
 from outbox.evidence import EVIDENCE_INSERT
 
+log = logging.getLogger("outbox")
+
 #: Databases remembered (the least recently committed to is forgotten first): an application
 #: that makes an engine per request must not grow this without bound.
 MAX_DATABASES = 16
 
 
 class CommitWitnesses:
-    """The latest committed transaction id per database (engine URL), safe across threads."""
+    """The latest committed transaction id per database (engine URL), safe across threads and
+    across ``fork()``: a forked child keeps the parent's witnesses (the same databases) but
+    takes a lock of its own, as a lock held by another thread at the fork would never be
+    released in the child (:mod:`outbox.forking`)."""
 
     def __init__(self) -> None:
         self._latest: OrderedDict[str, str] = OrderedDict()
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _held(self) -> threading.Lock:
+        if self._pid != os.getpid():  # a forked child: the inherited lock may be held forever
+            self._lock, self._pid = threading.Lock(), os.getpid()
+        return self._lock
 
     def committed(self, database: str, txn_id: str) -> None:
         """``txn_id`` committed its evidence row in ``database`` (its COMMIT returned)."""
-        with self._lock:
+        with self._held():
             self._latest[database] = txn_id
             self._latest.move_to_end(database)
             while len(self._latest) > MAX_DATABASES:
@@ -48,25 +61,28 @@ class CommitWitnesses:
 
     def latest(self) -> dict[str, str]:
         """Database → the latest transaction id committed there."""
-        with self._lock:
+        with self._held():
             return dict(self._latest)
 
 
-def database_of(session: Session) -> str | None:
-    """The URL (password hidden) of the database the session writes evidence rows to, or None
-    when it cannot tell (no bind for it, or a routing ``get_bind``'s own failure: a COMMIT that
-    happened is never turned into an error by its witness)."""
-    try:
-        bind = session.get_bind(clause=EVIDENCE_INSERT)
-    except Exception:
-        return None
+def database_of(session: Session) -> str:
+    """The URL (password hidden) of the database the session writes evidence rows to."""
+    bind = session.get_bind(clause=EVIDENCE_INSERT)
     engine = bind.engine if isinstance(bind, sa.Connection) else bind
     return engine.url.render_as_string(hide_password=True)
 
 
 def witness_commit(witnesses: CommitWitnesses, session: Session, txn_id: str) -> None:
     """Record ``txn_id``, whose evidence row ``session`` just committed, as its database's
-    latest witness."""
-    database = database_of(session)
-    if database is not None:
-        witnesses.committed(database, txn_id)
+    latest witness. Called right after the COMMIT returned, so it never raises: a COMMIT that
+    happened must not reach the caller as an error (a routing ``get_bind`` that fails now only
+    costs the witness, logged)."""
+    try:
+        witnesses.committed(database_of(session), txn_id)
+    except Exception:
+        log.warning(
+            "transaction %s committed, but the database of its evidence row could not be told; "
+            "the check endpoint's wrong-database guard goes without this witness",
+            txn_id,
+            exc_info=True,
+        )

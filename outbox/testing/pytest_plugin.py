@@ -27,7 +27,7 @@ from outbox.testing.event_loop import use_event_loop
 from outbox.testing.kafka_cluster import KafkaCluster
 from outbox.testing.providers import Provider, start_kafka, start_postgres, start_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
-from outbox.testing.settings import HarnessSettings
+from outbox.testing.settings import HarnessSettings, event_loop_from_env
 
 _started: list[RunningService] = []
 
@@ -174,8 +174,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _interrupted)
     try:
-        settings = HarnessSettings.from_env()
-        use_event_loop(settings.event_loop)
+        use_event_loop(event_loop_from_env())
     except ServiceStartError as err:
         raise pytest.UsageError(str(err)) from err
 

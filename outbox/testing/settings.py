@@ -35,6 +35,19 @@ def _default_cache_dir() -> Path:
     return Path.cwd() / ".cache"
 
 
+def event_loop_from_env(env: Mapping[str, str] | None = None) -> str:
+    """``OUTBOX_TEST_EVENT_LOOP`` ("asyncio" when unset), read on its own: the pytest plugin
+    sets the loop for every session, and a mistyped provider must not stop one that starts no
+    service."""
+    env = os.environ if env is None else env
+    name = env.get(ENV_EVENT_LOOP, "asyncio").strip().lower() or "asyncio"
+    if name not in EVENT_LOOPS:
+        raise ServiceStartError(
+            f"{ENV_EVENT_LOOP}={name!r} is not an event loop; use one of {EVENT_LOOPS}"
+        )
+    return name
+
+
 @dataclass(frozen=True, kw_only=True)
 class HarnessSettings:
     """Which provider starts the services and with what.
@@ -98,7 +111,7 @@ class HarnessSettings:
             kafka_image=env.get(ENV_KAFKA_IMAGE) or None,
             postgres_image=env.get(ENV_POSTGRES_IMAGE) or None,
             build_images=None if build is None else _truthy(build),
-            event_loop=env.get(ENV_EVENT_LOOP, "asyncio").strip().lower() or "asyncio",
+            event_loop=event_loop_from_env(env),
             cache_dir=Path(env[ENV_CACHE_DIR]) if env.get(ENV_CACHE_DIR) else _default_cache_dir(),
             ci=_truthy(env.get("CI", "")),
         )

@@ -26,7 +26,6 @@ from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.resolver import FencedResolver
 from outbox.protocol import LocalTransactionState, new_transaction_id
 from outbox.protocol.check import CheckedTransaction
-from outbox.witnesses import MAX_DATABASES, CommitWitnesses
 from tests.checker.test_checker import SECRET
 from tests.pipeline import ops_lost, pipeline
 from tests.producer_fixtures import Topics, evidence_ids, order_ids, orders, orders_metadata
@@ -159,15 +158,3 @@ def test_the_asyncio_form_witnesses_its_commits_for_the_async_resolver(
     assert asyncio.run(scenario()) == ({unknown: State.UNKNOWN}, {unknown: State.ROLLBACK})
     assert evidence_ids(engine)[unknown] == "fence"
     assert unknown not in evidence_ids(sa.create_engine(other_url))
-
-
-def test_the_witnesses_keep_the_latest_of_a_bounded_number_of_databases() -> None:
-    witnesses = CommitWitnesses()
-    for n in range(MAX_DATABASES + 1):
-        witnesses.committed(f"sqlite:///db{n}", f"t{n}")
-    witnesses.committed("sqlite:///db1", "t1-later")
-    latest = witnesses.latest()
-    assert len(latest) == MAX_DATABASES
-    assert "sqlite:///db0" not in latest  # the least recently committed to went first
-    assert latest["sqlite:///db1"] == "t1-later"
-    assert list(latest)[-1] == "sqlite:///db1"

@@ -25,11 +25,11 @@ def test_this_session_runs_on_the_loop_its_settings_name() -> None:
     assert running_loop_name() == HarnessSettings.from_env().event_loop
 
 
-def run_pytest(project: Path, loop: str) -> subprocess.CompletedProcess[str]:
+def run_pytest(project: Path, loop: str, **more: str) -> subprocess.CompletedProcess[str]:
     """A user's project (none of this repository's settings) with the plugin and the variable."""
     (project / "pytest.ini").write_text("[pytest]\n")
     (project / "test_user.py").write_text(USER_TEST)
-    env = {**os.environ, "OUTBOX_TEST_EVENT_LOOP": loop}
+    env = {**os.environ, "OUTBOX_TEST_EVENT_LOOP": loop, **more}
     return subprocess.run(
         [
             sys.executable,
@@ -60,3 +60,11 @@ def test_an_unknown_loop_stops_the_session_naming_the_choices(tmp_path: Path) ->
     done = run_pytest(tmp_path, "trio")
     assert done.returncode != 0
     assert "OUTBOX_TEST_EVENT_LOOP='trio' is not an event loop" in done.stderr + done.stdout
+
+
+def test_a_mistyped_provider_does_not_stop_a_session_that_starts_no_service(
+    tmp_path: Path,
+) -> None:
+    done = run_pytest(tmp_path, "asyncio", OUTBOX_TEST_PROVIDER="kubernetes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "LOOP asyncio" in done.stdout
