@@ -40,7 +40,10 @@ def event_loop_from_env(env: Mapping[str, str] | None = None) -> str:
     sets the loop for every session, and a mistyped provider must not stop one that starts no
     service."""
     env = os.environ if env is None else env
-    name = env.get(ENV_EVENT_LOOP, "asyncio").strip().lower() or "asyncio"
+    return _checked_event_loop(env.get(ENV_EVENT_LOOP, "asyncio").strip().lower() or "asyncio")
+
+
+def _checked_event_loop(name: str) -> str:
     if name not in EVENT_LOOPS:
         raise ServiceStartError(
             f"{ENV_EVENT_LOOP}={name!r} is not an event loop; use one of {EVENT_LOOPS}"
@@ -93,11 +96,7 @@ class HarnessSettings:
             raise ServiceStartError(
                 f"{ENV_PROVIDER}={self.provider!r} is not a provider; use one of {PROVIDERS}"
             )
-        if self.event_loop not in EVENT_LOOPS:
-            raise ServiceStartError(
-                f"{ENV_EVENT_LOOP}={self.event_loop!r} is not an event loop; use one of "
-                f"{EVENT_LOOPS}"
-            )
+        _checked_event_loop(self.event_loop)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> HarnessSettings:
