@@ -13,14 +13,15 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
+import outbox
 from outbox import OutboxProducer, OutboxSettings, migrations
 from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.resolver import FencedResolver
@@ -58,7 +59,7 @@ def other_url(db_url: str, tmp_path: Path) -> Iterator[str]:
 
 
 def place(producer: OutboxProducer, engine: sa.Engine, topic: str) -> tuple[str, str]:
-    """One order row and its message; (order id, transaction id)."""
+    """One order row and its message (the context manager); (order id, transaction id)."""
     order_id = f"order-{uuid.uuid4().hex[:10]}"
     with producer.transaction(sessionmaker(engine)) as txn:
         assert txn.session is not None
@@ -67,7 +68,50 @@ def place(producer: OutboxProducer, engine: sa.Engine, topic: str) -> tuple[str,
     return order_id, txn.txn_id
 
 
+def place_decorated(producer: OutboxProducer, engine: sa.Engine, topic: str) -> tuple[str, str]:
+    order_id = f"order-{uuid.uuid4().hex[:10]}"
+
+    @outbox.transactional(producer=producer, session_factory=sessionmaker(engine))
+    def order(*, session: Session) -> str:
+        session.execute(orders.insert().values(id=order_id, amount=1))
+        outbox.send(topic, order_id, key=order_id)
+        return outbox.current_transaction().txn_id
+
+    return order_id, order()
+
+
+def place_async(producer: OutboxProducer, engine: sa.Engine, topic: str) -> tuple[str, str]:
+    order_id = f"order-{uuid.uuid4().hex[:10]}"
+    url = engine.url.set(drivername="sqlite+aiosqlite")
+
+    async def order() -> str:
+        async_engine = create_async_engine(url)
+        try:
+            async with AsyncSession(async_engine) as session:
+                async with producer.transaction(session) as txn:
+                    await session.execute(orders.insert().values(id=order_id, amount=1))
+                    await txn.send(topic, order_id, key=order_id)
+                return txn.txn_id
+        finally:
+            await async_engine.dispose()
+
+    return order_id, asyncio.run(order())
+
+
+#: The forms a user commits with; the decorator and asyncio ones on SQLite only (the same
+#: resolver answers; make test's time is short).
+FORMS = [
+    pytest.param("with", place, id="with"),
+    pytest.param("decorator", place_decorated, id="decorator"),
+    pytest.param("async with", place_async, id="async-with"),
+]
+
+
+@pytest.mark.parametrize(("form", "commit"), FORMS)
 def test_a_committed_transaction_checked_in_another_database_is_not_fenced_and_commits_later(
+    form: str,
+    commit: Callable[[OutboxProducer, sa.Engine, str], tuple[str, str]],
+    db_url: str,
     kafka_bootstrap: str,
     outbox_settings: OutboxSettings,
     producer: OutboxProducer,
@@ -77,13 +121,15 @@ def test_a_committed_transaction_checked_in_another_database_is_not_fenced_and_c
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    if form != "with" and not db_url.startswith("sqlite"):
+        pytest.skip("the decorator and asyncio forms are walked on SQLite")
     wrong = sa.create_engine(other_url)
     # Given a check endpoint started with the wrong database's engine
     producer.serve_checks(engine=wrong, secret=SECRET)
     with pipeline(kafka_bootstrap, topics) as running, caplog.at_level(logging.ERROR):
         # and a transaction that commits in the right one, its op lost
         with ops_lost(producer, monkeypatch):
-            order_id, txn_id = place(producer, engine, running.topic)
+            order_id, txn_id = commit(producer, engine, running.topic)
         # When the checker asks the endpoint about it
         deadline = time.monotonic() + 60
         refusals: list[str] = []
