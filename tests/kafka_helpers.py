@@ -4,9 +4,17 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -113,13 +121,26 @@ def watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30) -> t
             time.sleep(0.2)
 
 
-def read_partition(
-    bootstrap: str, topic: str, *, partition: int = 0, isolation: str = "read_committed"
-) -> list[bytes]:
-    """Every record of one partition up to its current end, as a fresh consumer sees it.
+#: How long the broker may hold a reader's fetch that finds nothing new. A partition's end
+#: (EOF) is reported only after such an empty fetch, so Kafka's default (500 ms) made every
+#: read of a three-partition topic cost 1.5 s or more of waiting, partition after partition.
+READER_FETCH_WAIT_MS = 10
 
-    Reads to the end of the partition (EOF): on a transactionally written topic the last
-    offsets are commit markers, which a consumer never receives.
+
+def read_to_end(
+    bootstrap: str,
+    topic: str,
+    partitions: Iterable[int] | None = None,
+    *,
+    isolation: str = "read_committed",
+    timeout: float = 30,
+) -> list[Message]:
+    """Every record of ``topic`` (or of its ``partitions``) a fresh consumer sees now, in
+    partition and offset order.
+
+    Reads each partition to its end (EOF), not to ``high - 1``: on a transactionally written
+    topic the last offsets are commit markers, which no consumer ever receives; and read
+    committed, a partition ends at its last stable offset. The partitions are read at once.
     """
     consumer = Consumer(
         {
@@ -128,25 +149,45 @@ def read_partition(
             "isolation.level": isolation,
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            "fetch.wait.max.ms": READER_FETCH_WAIT_MS,
         }
     )
+    records: list[Message] = []
     try:
-        tp = TopicPartition(topic, partition)
-        low, high = watermarks(consumer, tp)
-        if high <= low:
-            return []
-        consumer.assign([TopicPartition(topic, partition, low)])
-        values: list[bytes] = []
-        while True:
-            msg = consumer.poll(10.0)
-            assert msg is not None, f"{topic}[{partition}] not readable to its end"
+        if partitions is None:
+            partitions = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        starts = []
+        for p in partitions:
+            low, high = watermarks(consumer, TopicPartition(topic, p), timeout)
+            if high > low:
+                starts.append(TopicPartition(topic, p, low))
+        if not starts:
+            return records
+        consumer.assign(starts)
+        left = {tp.partition for tp in starts}
+        deadline = time.monotonic() + timeout
+        while left:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                assert time.monotonic() < deadline, f"{topic}{sorted(left)} not readable to the end"
+                continue
             error = msg.error()
             if error is not None:
                 assert error.code() == KafkaError._PARTITION_EOF, error
-                return values
-            values.append(msg.value())
+                left.discard(msg.partition())
+                continue
+            records.append(msg)
     finally:
         consumer.close()
+    records.sort(key=lambda m: (m.partition(), m.offset()))
+    return records
+
+
+def read_partition(
+    bootstrap: str, topic: str, *, partition: int = 0, isolation: str = "read_committed"
+) -> list[bytes]:
+    """The values of one partition's records up to its current end (:func:`read_to_end`)."""
+    return [m.value() for m in read_to_end(bootstrap, topic, [partition], isolation=isolation)]
 
 
 class WithoutOffset:

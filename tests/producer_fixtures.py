@@ -8,13 +8,12 @@ from dataclasses import dataclass
 
 import pytest
 import sqlalchemy as sa
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 from sqlalchemy.orm import sessionmaker
 
 from outbox import OutboxProducer, OutboxSettings, ensure_topics, migrations
 from outbox.protocol import HalfRecord, OpRecord, decode_half, decode_op
 from outbox.testing import HarnessSettings, RunningService, start_kafka
-from tests.kafka_helpers import unique, watermarks
+from tests.kafka_helpers import read_to_end, unique
 
 orders_metadata = sa.MetaData()
 orders = sa.Table(
@@ -85,32 +84,7 @@ class Topics:
     def _read(self, topic: str) -> list:
         """Every record a read_committed consumer sees now, read to each partition's end (EOF):
         the op topic carries the checker's transaction markers, which no consumer receives."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": unique("topics-reader"),
-                "isolation.level": "read_committed",
-                "enable.auto.commit": False,
-                "enable.partition.eof": True,
-            }
-        )
-        records = []
-        try:
-            for p in range(self.settings.partitions):
-                low, high = watermarks(consumer, TopicPartition(topic, p))
-                if high == low:
-                    continue
-                consumer.assign([TopicPartition(topic, p, low)])
-                while True:
-                    msg = consumer.poll(5)
-                    assert msg is not None, f"{topic}[{p}] not readable to its end ({high})"
-                    if msg.error() is not None:
-                        assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                        break
-                    records.append(msg)
-        finally:
-            consumer.close()
-        return records
+        return read_to_end(self.bootstrap, topic, range(self.settings.partitions))
 
     def halves(self) -> list[HalfRecord]:
         return [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Message, Producer
 
 from outbox import OutboxSettings
 from outbox.protocol import (
@@ -22,42 +22,12 @@ from outbox.protocol import (
 )
 from outbox.protocol.copies import copy_headers
 from outbox.protocol.dead_letter import dead_letter_headers
-from tests.kafka_helpers import unique
+from tests.kafka_helpers import read_to_end
 
 
 def read_messages(bootstrap: str, topic: str, partition: int | None = None) -> list[Message]:
     """Every committed record of ``topic`` (or one partition of it), read to the end (EOF)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("cli-test-reader"),
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        count = len(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
-        wanted = range(count) if partition is None else [partition]
-        todo = set(wanted)
-        consumer.assign([TopicPartition(topic, p, 0) for p in wanted])
-        found: list[Message] = []
-        deadline = time.monotonic() + 30
-        while todo:
-            assert time.monotonic() < deadline, f"{topic} not readable to its end"
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                assert error.code() == KafkaError._PARTITION_EOF, error
-                todo.discard(msg.partition())
-                continue
-            found.append(msg)
-        return found
-    finally:
-        consumer.close()
+    return read_to_end(bootstrap, topic, None if partition is None else [partition])
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import NamedTuple
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from outbox import OutboxSettings, ensure_topics
 from outbox.protocol import (
@@ -29,7 +29,7 @@ from outbox.protocol.dead_letter import DeadLetterHeader
 from relay import Relay, RelaySettings
 from relay.flow_control import FlowControl
 from relay.rebalance import Rebalance
-from tests.kafka_helpers import create_topic, set_topic_config, unique, watermarks
+from tests.kafka_helpers import create_topic, read_to_end, set_topic_config, unique
 
 pytestmark = pytest.mark.integration
 PARTITIONS = 3
@@ -130,37 +130,8 @@ class Stream:
 
 
 def read_topic(bootstrap: str, topic: str) -> list:
-    """Every record of ``topic`` a read_committed consumer sees now, partition by partition.
-
-    Reads to the partition's end (EOF), not to ``high - 1``: on a transactionally written topic
-    the last offsets are commit markers, which no consumer ever receives.
-    """
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": unique("check"),
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    records = []
-    try:
-        metadata = consumer.list_topics(topic, timeout=30).topics[topic]
-        for p in metadata.partitions:
-            low, high = watermarks(consumer, TopicPartition(topic, p))
-            if high > low:
-                consumer.assign([TopicPartition(topic, p, low)])
-                while True:
-                    msg = consumer.poll(10)
-                    assert msg is not None, f"{topic}[{p}] not readable to its end"
-                    if msg.error() is not None:
-                        assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                        break
-                    records.append(msg)
-    finally:
-        consumer.close()
-    return records
+    """Every record of ``topic`` a read_committed consumer sees now (:func:`read_to_end`)."""
+    return read_to_end(bootstrap, topic)
 
 
 def delivered(bootstrap: str, stream: Stream) -> Counter[tuple[str, int]]:
