@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from checker.audit.cli import EXIT_VIOLATIONS
+from checker.audit.cli import EXIT_UNAVAILABLE, EXIT_VIOLATIONS
 from checker.audit.findings import FINDINGS
 from checker.audit.session import APP_NAME
 from outbox.testing import HarnessSettings
@@ -88,6 +88,14 @@ def submit(
     return done, time.monotonic() - started
 
 
+def outputs(done: subprocess.CompletedProcess[str]) -> str:
+    """The ends of what a submission printed: the audit's own lines first."""
+    return (
+        f"the audit's output (spark-submit's stdout) ends:\n{done.stdout[-6000:]}\n"
+        f"spark-submit's stderr (the JVM's log) ends:\n{done.stderr[-3000:]}"
+    )
+
+
 @pytest.mark.integration
 @pytest.mark.cluster
 # Seeding and the local[2] audit (its setup), the cluster's start and the submission: 351 s on
@@ -119,12 +127,16 @@ def test_the_audit_on_a_standalone_cluster_finds_what_local_2_finds(
     ]
     done, seconds = submit(spark_standalone, harness_settings.spark_jars_dir, argv)
     print(f"submit-standalone.sh took {seconds:.0f} s")
+    if done.returncode == EXIT_UNAVAILABLE:
+        # "Could not run" is a verdict-less exit a scheduler answers by running the audit again;
+        # what this test compares is the verdict. One CI run (of c88ef21) met it once, with the
+        # reason unseen: printed here (make test-cluster's -rA shows it) and submitted again.
+        print(f"the first submission could not run: {outputs(done)}")
+        done, seconds = submit(spark_standalone, harness_settings.spark_jars_dir, argv)
+        print(f"submitted again: submit-standalone.sh took {seconds:.0f} s")
 
     # Then it exits 1 (violations), having run its executors on both workers ...
-    assert done.returncode == EXIT_VIOLATIONS, (
-        f"exit {done.returncode}; the audit's output (spark-submit's stdout) ends:\n"
-        f"{done.stdout[-6000:]}\nspark-submit's stderr (the JVM's log) ends:\n{done.stderr[-3000:]}"
-    )
+    assert done.returncode == EXIT_VIOLATIONS, f"exit {done.returncode}; {outputs(done)}"
     apps = [a for a in spark_standalone.status()["completedapps"] if a["name"] == APP_NAME]
     assert apps, "the master lists no completed kafka-outbox-audit application"
     ran_on = {p.parent.parent for p in spark_standalone.executor_folders(apps[-1]["id"])}
