@@ -382,7 +382,14 @@ class OutboxTransaction:
     def batch(self, messages: Sequence[HalfMessage], count: int | None) -> HalfBatch:
         """The next half records to send: on the transaction's partition (chosen by the first
         message's key), indexed after those acknowledged so far. One batch at a time: the next
-        one's indexes depend on this one's acknowledgement."""
+        one's indexes depend on this one's acknowledgement.
+
+        Raises:
+            NoActiveTransactionError: the transaction already ended.
+            TransactionTooLargeError: the transaction would pass
+                ``max_messages_per_transaction``; nothing of ``messages`` was sent.
+            MessageTooLargeError: a message's record would pass ``max_record_bytes``.
+        """
         self._check_open()
         limit = self.producer.settings.max_messages_per_transaction
         if len(self.offsets) + len(messages) > limit:

@@ -167,9 +167,9 @@ def read_to_end(
         left = {tp.partition for tp in starts}
         deadline = time.monotonic() + timeout
         while left:
+            assert time.monotonic() < deadline, f"{topic}{sorted(left)} not read to the end"
             msg = consumer.poll(0.5)
             if msg is None:
-                assert time.monotonic() < deadline, f"{topic}{sorted(left)} not readable to the end"
                 continue
             error = msg.error()
             if error is not None:

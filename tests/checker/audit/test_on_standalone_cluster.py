@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -88,6 +89,20 @@ def submit(
     return done, time.monotonic() - started
 
 
+def application_of(cluster: StandaloneCluster, done: subprocess.CompletedProcess[str]) -> str:
+    """The id of the application a submission ran, as its driver logged it, once the master
+    lists it completed (up to 30 s: in client mode the driver tells the master it is done
+    without waiting, so it may be listed a moment after spark-submit exits)."""
+    found = re.findall(r"Connected to Spark cluster with app ID (\S+)", done.stderr)
+    assert len(found) == 1, f"the driver logged {found} as its application; {outputs(done)}"
+    deadline = time.monotonic() + 30
+    while not (listed := [a for a in cluster.status()["completedapps"] if a["id"] == found[0]]):
+        assert time.monotonic() < deadline, f"the master does not list {found[0]} as completed"
+        time.sleep(0.5)
+    assert listed[0]["name"] == APP_NAME, listed
+    return str(found[0])
+
+
 def outputs(done: subprocess.CompletedProcess[str]) -> str:
     """The ends of what a submission printed: the audit's own lines first."""
     return (
@@ -122,27 +137,32 @@ def test_the_audit_on_a_standalone_cluster_finds_what_local_2_finds(
         *("--topic-prefix", settings.topic_prefix),
         *("--as-of", str(local.summary["parameters"]["as_of_ms"])),
         *("--jdbc-url", seeded_audit.seeded.evidence_url),
-        *("--out", str(tmp_path)),
         *("--conf", "spark.ui.enabled=false"),
     ]
-    done, seconds = submit(spark_standalone, harness_settings.spark_jars_dir, argv)
+    out = tmp_path / "first"
+    done, seconds = submit(
+        spark_standalone, harness_settings.spark_jars_dir, [*argv, "--out", str(out)]
+    )
     print(f"submit-standalone.sh took {seconds:.0f} s")
     if done.returncode == EXIT_UNAVAILABLE:
         # "Could not run" is a verdict-less exit a scheduler answers by running the audit again;
         # what this test compares is the verdict. One CI run (of c88ef21) met it once, with the
-        # reason unseen: printed here (make test-cluster's -rA shows it) and submitted again.
+        # reason unseen: printed here (make test-cluster's -rA shows it) and submitted again,
+        # into a folder of its own (nothing the first run left is read).
         print(f"the first submission could not run: {outputs(done)}")
-        done, seconds = submit(spark_standalone, harness_settings.spark_jars_dir, argv)
+        out = tmp_path / "again"
+        done, seconds = submit(
+            spark_standalone, harness_settings.spark_jars_dir, [*argv, "--out", str(out)]
+        )
         print(f"submitted again: submit-standalone.sh took {seconds:.0f} s")
 
     # Then it exits 1 (violations), having run its executors on both workers ...
     assert done.returncode == EXIT_VIOLATIONS, f"exit {done.returncode}; {outputs(done)}"
-    apps = [a for a in spark_standalone.status()["completedapps"] if a["name"] == APP_NAME]
-    assert apps, "the master lists no completed kafka-outbox-audit application"
-    ran_on = {p.parent.parent for p in spark_standalone.executor_folders(apps[-1]["id"])}
+    app = application_of(spark_standalone, done)
+    ran_on = {p.parent.parent for p in spark_standalone.executor_folders(app)}
     assert ran_on == set(spark_standalone.worker_dirs)
     # ... and finds the same rows of every finding, and counts the same statistics
-    summary = json.loads((tmp_path / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
     cluster_rows = {
         name: spark.read.parquet(found["parquet"]).collect()
         for name, found in summary["findings"].items()
