@@ -75,7 +75,7 @@ test-processes: setup
 
 # Tests that push a bound to its extreme: 10,000 real transactions through producer, relay and
 # checker and then audited clean, a relay restarted in a stream of 10,000, 1,000 transactions
-# parked on one partition (~2.5 min); .ci/run runs them. (The 100,000-undecided memory test is
+# parked on one partition (~5 min); .ci/run runs them. (The 100,000-undecided memory test is
 # in test-processes: its relay is a process of its own.)
 test-scale: setup
 	$(BIN)/pytest -m "scale and not processes and not broker_guard and not cluster"
@@ -87,7 +87,7 @@ test-broker: setup
 
 # The asyncio forms' suites again, on uvloop (what uvicorn[standard] runs FastAPI on): its loop
 # schedules, cancels and runs executors its own way, and the guarantees must hold on the loop
-# users deploy on (~6 min; .ci/run runs them). test_event_loop proves the session is on uvloop.
+# users deploy on (~4 min; .ci/run runs them). test_event_loop proves the session is on uvloop.
 UVLOOP_TESTS := tests/outbox/testing/test_event_loop.py tests/outbox/test_asyncio.py \
 	tests/outbox/test_asyncio_cancel.py tests/outbox/test_asyncio_cancel_listener.py \
 	tests/outbox/test_session_misuse_async.py tests/outbox/test_broker_down_async.py \
