@@ -68,7 +68,7 @@ test: setup
 
 # Tests that start, kill (-9), freeze or stop OS processes of their own: relays and checkers as
 # services, a producer killed around its commit, a broker stopped under a client, the demo, the
-# FastAPI example, the built wheel and image (~9 min). They do not fit make test's 30 minutes
+# FastAPI example, the built wheel and image (~12 min). They do not fit make test's 30 minutes
 # on the 2-core CI machine beside the rest; .ci/run runs them.
 test-processes: setup
 	$(BIN)/pytest -m "processes and not broker_guard and not cluster"
