@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 from outbox.testing.engine import Engine
 from outbox.testing.images import kafka_image, postgres_image
+from outbox.testing.owners import OWNER_LABEL, gone, this_process
 from outbox.testing.ports import free_port
 from outbox.testing.readiness import wait_for_kafka, wait_for_postgres
 from outbox.testing.service import RunningService, ServiceStartError
@@ -109,7 +111,7 @@ def _start(
 ) -> Any:
     from testcontainers.core.container import DockerContainer
 
-    _remove_stale()
+    remove_left_containers()
     container = DockerContainer(image)
     for inside, outside in ports.items():
         container.with_bind_ports(inside, outside)
@@ -117,7 +119,7 @@ def _start(
         container.with_env(key, value)
     if command:
         container.with_command(command)
-    kwargs: dict[str, Any] = {"labels": {LABEL: "1"}}
+    kwargs: dict[str, Any] = {"labels": {LABEL: "1", OWNER_LABEL: this_process()}}
     if user:
         kwargs["user"] = user
     container.with_kwargs(**kwargs)
@@ -161,14 +163,29 @@ def _restart(container: Any, ready: Callable[[], None]) -> None:
     ready()
 
 
-def _remove_stale() -> None:
-    """Containers left by sessions that were killed (no Ryuk on Podman to reap them)."""
+def remove_left_containers() -> None:
+    """Remove the containers left by sessions that were killed (no Ryuk on Podman to reap them):
+    exited ones, and running ones whose owner has ended (:mod:`outbox.testing.owners`). Run
+    before each container starts; one removed meanwhile by someone else (Ryuk, another session)
+    is skipped."""
     import docker
+    from docker.errors import APIError
 
     client = docker.from_env()
     try:
         for old in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-            if old.status in ("exited", "created", "dead"):
-                old.remove(force=True)
+            if stale(old.status, old.labels):
+                with contextlib.suppress(APIError):  # NotFound too: gone already
+                    old.remove(force=True)
     finally:
         client.close()
+
+
+def stale(status: str, labels: dict[str, str]) -> bool:
+    """Whether a container of this harness, in ``status`` with ``labels``, was left behind: it
+    has exited, or it runs for an owner that has ended. One with no owner label (started by an
+    older version) is removed only once it has exited."""
+    if status in ("exited", "created", "dead"):
+        return True
+    owner = labels.get(OWNER_LABEL)
+    return owner is not None and gone(owner)

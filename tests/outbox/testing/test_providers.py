@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -9,6 +13,8 @@ import sqlalchemy as sa
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from outbox.testing import RunningService
+from outbox.testing.containers import remove_left_containers
+from outbox.testing.owners import OWNER_LABEL
 
 pytestmark = pytest.mark.integration
 
@@ -56,3 +62,50 @@ class TestContainersProvider:
     def test_postgres_runs_in_a_container_and_answers(self, container_postgres: RunningService):
         assert container_postgres.provider == "containers"
         assert _server_version(container_postgres.address)[:2].isdigit()
+
+    def test_a_killed_sessions_running_container_is_removed_and_this_ones_stay(
+        self, container_postgres: RunningService
+    ) -> None:
+        """A session killed with -9 leaves its PostgreSQL running; the next session's start
+        removes it (owner gone), and leaves the containers of this session, which still runs."""
+        import docker
+
+        started = subprocess.Popen(
+            [sys.executable, "-c", KILLED_SESSION],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),  # the harness's DOCKER_HOST: the same engine
+        )
+        assert started.stdout is not None
+        owner = started.stdout.readline().strip()  # printed once its container answers
+        client = docker.from_env()
+        try:
+            assert owner, "the killed session's container did not start"
+            left = {"label": f"{OWNER_LABEL}={owner}"}
+            os.kill(started.pid, signal.SIGKILL)
+            started.wait(30)
+            running = client.containers.list(filters=left)
+            assert len(running) == 1, "a session killed with -9 leaves its container running"
+            remove_left_containers()
+            assert client.containers.list(all=True, filters=left) == []
+        finally:
+            if started.poll() is None:
+                started.kill()
+            for container in client.containers.list(
+                all=True, filters={"label": f"{OWNER_LABEL}={owner}"}
+            ):
+                container.remove(force=True)
+            client.close()
+        assert _server_version(container_postgres.address)[:2].isdigit()
+
+
+#: A session that starts PostgreSQL in a container, says so (its owner label) and waits to be
+#: killed.
+KILLED_SESSION = """
+import time
+from outbox.testing import start_postgres
+from outbox.testing.owners import this_process
+start_postgres(provider="containers")
+print(this_process(), flush=True)
+time.sleep(600)
+"""
