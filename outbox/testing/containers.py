@@ -182,10 +182,11 @@ def remove_left_containers() -> None:
 
 
 def stale(status: str, labels: dict[str, str]) -> bool:
-    """Whether a container of this harness, in ``status`` with ``labels``, was left behind: it
-    has exited, or it runs for an owner that has ended. One with no owner label (started by an
-    older version) is removed only once it has exited."""
-    if status in ("exited", "created", "dead"):
-        return True
+    """Whether a container of this harness, in ``status`` with ``labels``, was left behind: its
+    owner has ended, whatever its status (a running session's container is ``exited`` while it
+    restarts, ``created`` while it starts). One with no owner label (started by an older
+    version) is removed once it has exited."""
     owner = labels.get(OWNER_LABEL)
-    return owner is not None and gone(owner)
+    if owner is not None:
+        return gone(owner)
+    return status in ("exited", "created", "dead")

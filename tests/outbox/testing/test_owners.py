@@ -1,19 +1,22 @@
 """Which process owns a service container, and whether it still runs
-(:mod:`outbox.testing.owners`): what lets a session remove the running containers of a killed one
+(:mod:`outbox.testing.owners`): what lets a session remove the containers of a killed one
 (:func:`outbox.testing.containers.stale`) and never those of a session still running. The removal
 itself, on a real engine: ``tests/outbox/testing/test_providers.py``."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 
+import pytest
+
 from outbox.testing.containers import stale
 from outbox.testing.owners import OWNER_LABEL, gone, this_process
 
-PRINT_OWNER = "from outbox.testing.owners import this_process; print(this_process())"
+PRINT_OWNER = "from outbox.testing.owners import this_process; print(this_process(), flush=True)"
 
 
 def ended_process_owner() -> str:
@@ -24,37 +27,104 @@ def ended_process_owner() -> str:
     return done.stdout.strip()
 
 
+def replaced(owner: str, part: int, value: str) -> str:
+    parts = owner.split("/")
+    parts[part] = value
+    return "/".join(parts)
+
+
 def test_this_process_is_not_gone_and_an_ended_one_is() -> None:
     owner = this_process()
-    host, pid, started = owner.split("/")
+    host, namespace, boot, pid, started = owner.split("/")
     assert (host, pid) == (socket.gethostname(), str(os.getpid()))
+    assert namespace.startswith("pid:[") and len(boot) == 36
     assert started.isdigit()
     assert not gone(owner)
-    assert gone(ended_process_owner())
+    ended = ended_process_owner()
+    assert int(ended.split("/")[4]) >= int(started)  # started later, in clock ticks since boot
+    assert gone(ended)
+    assert gone(replaced(ended, 4, ""))  # no start time recorded: no process has the pid
 
 
 def test_a_pid_given_to_another_process_since_is_gone() -> None:
-    host, pid, started = this_process().split("/")
-    assert gone(f"{host}/{pid}/{int(started) + 1}")  # the same pid, started at another time
+    owner = this_process()
+    assert gone(replaced(owner, 4, str(int(owner.split("/")[4]) + 1)))
+
+
+def test_the_start_time_is_read_past_a_command_name_with_spaces_and_parentheses() -> None:
+    """``/proc/<pid>/stat`` puts the command name in parentheses; a name holding ``) `` must not
+    shift the fields (a wrong field would still be a number)."""
+    rename = (
+        "import ctypes; "
+        "ctypes.CDLL(None).prctl(15, b'x) 1 2 3 (y', 0, 0, 0); "  # PR_SET_NAME
+        "print(open('/proc/self/comm').read().strip(), flush=True); "
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", PRINT_OWNER + "\n" + rename + PRINT_OWNER],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    before, name, after = done.stdout.split("\n")[:3]
+    assert name == "x) 1 2 3 (y"
+    assert after == before
 
 
 def test_what_cannot_be_told_is_never_gone() -> None:
     ended = ended_process_owner()
-    _, pid, started = ended.split("/")
-    assert not gone(f"another-host.example/{pid}/{started}")  # another host's process
+    assert not gone(replaced(ended, 0, "another-host.example"))
+    assert not gone(replaced(ended, 1, "pid:[1]"))  # another pid namespace: its pids are not ours
+    assert not gone(replaced(ended, 2, "00000000-0000-0000-0000-000000000000"))  # another boot
     assert not gone("not an owner label")
-    assert not gone(f"{socket.gethostname()}/not-a-pid/1")
-    assert not gone(f"{socket.gethostname()}/{os.getpid()}/")  # no start time: the pid runs
-    assert not gone(f"{socket.gethostname()}/1/")  # init: runs (someone else's or not)
+    assert not gone(replaced(ended, 3, "not-a-pid"))
+    assert not gone(replaced(this_process(), 4, ""))  # no start time: the pid runs
+    assert not gone(replaced(replaced(ended, 3, "1"), 4, ""))  # init runs
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1)")
+def test_a_session_in_another_pid_namespace_with_this_host_name_is_never_gone() -> None:
+    """A session in a container sharing this host's name (``--uts host``) has pids this one
+    cannot look up: its pid 1, say, is not this namespace's."""
+    try:
+        child = subprocess.Popen(
+            [
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+                sys.executable,
+                "-c",
+                PRINT_OWNER + "\nimport time; time.sleep(60)",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    except OSError as err:
+        pytest.skip(f"unshare: {err}")
+    try:
+        assert child.stdout is not None
+        owner = child.stdout.readline().strip()
+        if not owner:
+            pytest.skip(
+                f"cannot make a pid namespace here: {child.stderr.read() if child.stderr else ''}"
+            )
+        assert owner.split("/")[0] == socket.gethostname()
+        assert owner.split("/")[1] != this_process().split("/")[1]
+        assert not gone(owner)
+    finally:
+        child.kill()
+        child.wait(30)
+    assert not gone(owner)  # ended, but not where this session can tell: left alone
 
 
 def test_which_containers_are_left_behind() -> None:
     alive = {OWNER_LABEL: this_process(), "outbox.testing": "1"}
     dead = {OWNER_LABEL: ended_process_owner(), "outbox.testing": "1"}
     older = {"outbox.testing": "1"}  # started before containers carried their owner
+    for status in ("running", "exited", "created", "dead", "paused"):
+        assert stale(status, dead)
+        assert not stale(status, alive)  # restarting (exited) or starting (created): its own
     for status in ("exited", "created", "dead"):
-        assert stale(status, alive) and stale(status, dead) and stale(status, older)
-    assert stale("running", dead)
-    assert not stale("running", alive)
+        assert stale(status, older)
     assert not stale("running", older)
-    assert stale("paused", dead) and not stale("paused", alive)
