@@ -173,7 +173,11 @@ def remove_left_containers() -> None:
 
     client = docker.from_env()
     try:
-        for old in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
+        # ignore_removed: one stopped (and so removed) by its session while listed is skipped
+        listed = client.containers.list(
+            all=True, filters={"label": f"{LABEL}=1"}, ignore_removed=True
+        )
+        for old in listed:
             if stale(old.status, old.labels):
                 with contextlib.suppress(APIError):  # NotFound too: gone already
                     old.remove(force=True)

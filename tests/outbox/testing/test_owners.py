@@ -6,10 +6,13 @@ itself, on a real engine: ``tests/outbox/testing/test_providers.py``."""
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import socket
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -27,6 +30,11 @@ def ended_process_owner() -> str:
     return done.stdout.strip()
 
 
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="owners are told apart through Linux's /proc"
+)
+
+
 def replaced(owner: str, part: int, value: str) -> str:
     parts = owner.split("/")
     parts[part] = value
@@ -35,20 +43,43 @@ def replaced(owner: str, part: int, value: str) -> str:
 
 def test_this_process_is_not_gone_and_an_ended_one_is() -> None:
     owner = this_process()
-    host, namespace, boot, pid, started = owner.split("/")
+    host, namespace, clock, boot, pid, started = owner.split("/")
     assert (host, pid) == (socket.gethostname(), str(os.getpid()))
-    assert namespace.startswith("pid:[") and len(boot) == 36
+    assert namespace.startswith("pid:[") and clock and len(boot) == 36
     assert started.isdigit()
     assert not gone(owner)
     ended = ended_process_owner()
-    assert int(ended.split("/")[4]) >= int(started)  # started later, in clock ticks since boot
+    assert int(ended.split("/")[5]) >= int(started)  # started later, in clock ticks since boot
     assert gone(ended)
-    assert gone(replaced(ended, 4, ""))  # no start time recorded: no process has the pid
 
 
 def test_a_pid_given_to_another_process_since_is_gone() -> None:
     owner = this_process()
-    assert gone(replaced(owner, 4, str(int(owner.split("/")[4]) + 1)))
+    assert gone(replaced(owner, 5, str(int(owner.split("/")[5]) + 1)))
+
+
+def test_a_killed_session_not_reaped_yet_is_gone() -> None:
+    """Killed with -9, a session is a zombie until its parent waits for it: its /proc entry,
+    start time and all, is still there, but it runs no more."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", PRINT_OWNER + "\nimport time; time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        owner = child.stdout.readline().strip()
+        assert not gone(owner)
+        os.kill(child.pid, 9)
+        for _ in range(100):  # until the kernel has made it a zombie
+            if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.05)
+        assert gone(owner)  # not reaped (nobody waited yet)
+    finally:
+        child.kill()
+        child.wait(30)
+    assert gone(owner)
 
 
 def test_the_start_time_is_read_past_a_command_name_with_spaces_and_parentheses() -> None:
@@ -72,13 +103,22 @@ def test_the_start_time_is_read_past_a_command_name_with_spaces_and_parentheses(
 
 def test_what_cannot_be_told_is_never_gone() -> None:
     ended = ended_process_owner()
+    assert gone(ended)
     assert not gone(replaced(ended, 0, "another-host.example"))
     assert not gone(replaced(ended, 1, "pid:[1]"))  # another pid namespace: its pids are not ours
-    assert not gone(replaced(ended, 2, "00000000-0000-0000-0000-000000000000"))  # another boot
-    assert not gone("not an owner label")
-    assert not gone(replaced(ended, 3, "not-a-pid"))
-    assert not gone(replaced(this_process(), 4, ""))  # no start time: the pid runs
-    assert not gone(replaced(replaced(ended, 3, "1"), 4, ""))  # init runs
+    assert not gone(replaced(ended, 2, "time:[1]"))  # another time namespace: other start times
+    assert not gone(replaced(ended, 3, "00000000-0000-0000-0000-000000000000"))  # another boot
+    assert not gone(f"{socket.gethostname()}///{ended.split('/', 4)[4]}")  # /proc unreadable
+    for malformed in (
+        "not an owner label",
+        replaced(ended, 4, "not-a-pid"),
+        replaced(ended, 4, "²"),
+        replaced(ended, 4, "1" * 25),
+        replaced(ended, 5, "abc"),
+        replaced(ended, 5, ""),
+        ended + "/more",
+    ):
+        assert not gone(malformed), malformed
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1)")
@@ -104,7 +144,8 @@ def test_a_session_in_another_pid_namespace_with_this_host_name_is_never_gone() 
         pytest.skip(f"unshare: {err}")
     try:
         assert child.stdout is not None
-        owner = child.stdout.readline().strip()
+        ready, _, _ = select.select([child.stdout], [], [], 60)
+        owner = child.stdout.readline().strip() if ready else ""
         if not owner:
             pytest.skip(
                 f"cannot make a pid namespace here: {child.stderr.read() if child.stderr else ''}"

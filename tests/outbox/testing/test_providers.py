@@ -72,19 +72,19 @@ class TestContainersProvider:
         import docker
 
         env = {**os.environ, "TESTCONTAINERS_RYUK_DISABLED": "true"}  # as on Podman: no reaper
+        client = docker.from_env()  # the harness's DOCKER_HOST: the engine the child uses too
         started = subprocess.Popen(
-            [sys.executable, "-c", KILLED_SESSION],
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,  # the harness's DOCKER_HOST: the same engine
+            [sys.executable, "-c", KILLED_SESSION], stdout=subprocess.PIPE, text=True, env=env
         )
-        client = docker.from_env()
         owner = ""
         try:
             assert started.stdout is not None
             ready, _, _ = select.select([started.stdout], [], [], 180)
             owner = started.stdout.readline().strip() if ready else ""  # once its PG answers
-            assert owner, "the killed session's container did not start within 180 s"
+            assert owner, (
+                f"the killed session's container did not start within 180 s "
+                f"(its process: {'running' if started.poll() is None else started.returncode})"
+            )
             left = {"label": f"{OWNER_LABEL}={owner}"}
             os.kill(started.pid, signal.SIGKILL)
             started.wait(30)
@@ -95,6 +95,7 @@ class TestContainersProvider:
         finally:
             if started.poll() is None:
                 started.kill()
+                started.wait(30)
             if owner:
                 for container in client.containers.list(
                     all=True, filters={"label": f"{OWNER_LABEL}={owner}"}
