@@ -165,9 +165,9 @@ def _restart(container: Any, ready: Callable[[], None]) -> None:
 
 def remove_left_containers() -> None:
     """Remove the containers left by sessions that were killed (no Ryuk on Podman to reap them):
-    exited ones, and running ones whose owner has ended (:mod:`outbox.testing.owners`). Run
-    before each container starts; one removed meanwhile by someone else (Ryuk, another session)
-    is skipped."""
+    those whose owner has ended, running or not (:func:`stale`, :mod:`outbox.testing.owners`),
+    and exited ones with no owner label. Run before each container starts; one removed
+    meanwhile by someone else (Ryuk, another session) is skipped."""
     import docker
     from docker.errors import APIError
 
