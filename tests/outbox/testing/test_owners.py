@@ -19,6 +19,11 @@ import pytest
 from outbox.testing.containers import stale
 from outbox.testing.owners import OWNER_LABEL, gone, this_process
 
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="owners are told apart through Linux's /proc"
+)
+
+
 PRINT_OWNER = "from outbox.testing.owners import this_process; print(this_process(), flush=True)"
 
 
@@ -28,11 +33,6 @@ def ended_process_owner() -> str:
         [sys.executable, "-c", PRINT_OWNER], capture_output=True, text=True, check=True
     )
     return done.stdout.strip()
-
-
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="owners are told apart through Linux's /proc"
-)
 
 
 def replaced(owner: str, part: int, value: str) -> str:
@@ -68,8 +68,9 @@ def test_a_killed_session_not_reaped_yet_is_gone() -> None:
     )
     try:
         assert child.stdout is not None
-        owner = child.stdout.readline().strip()
-        assert not gone(owner)
+        ready, _, _ = select.select([child.stdout], [], [], 60)
+        owner = child.stdout.readline().strip() if ready else ""
+        assert owner and not gone(owner)
         os.kill(child.pid, 9)
         for _ in range(100):  # until the kernel has made it a zombie
             if Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
@@ -131,6 +132,7 @@ def test_a_session_in_another_pid_namespace_with_this_host_name_is_never_gone() 
                 "unshare",
                 "--pid",
                 "--fork",
+                "--kill-child",  # the child goes with unshare (killed below)
                 "--mount-proc",
                 sys.executable,
                 "-c",
