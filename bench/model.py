@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from bench.stats import Summary
 
@@ -12,6 +12,8 @@ from bench.stats import Summary
 RunFigures = dict[str, float]
 #: Metric name -> unit, for the metrics a row reports.
 Units = Mapping[str, str]
+#: What names one variant of an interleaved comparison (e.g. ``"ours"``).
+Variant = TypeVar("Variant", bound=Hashable)
 
 
 @dataclass
@@ -105,4 +107,45 @@ def repeat(
     return {
         name: Summary.of([f.get(name, float("nan")) for f in figures], unit)
         for name, unit in units.items()
+    }
+
+
+def round_orders(variants: Sequence[Variant], runs: int) -> list[list[Variant]]:
+    """The order of the variants in each of ``runs`` rounds: rotated by one each round, so that
+    no variant always runs first (after a pause) or right after the same neighbour."""
+    n = len(variants)
+    return [[variants[(r + i) % n] for i in range(n)] for r in range(runs)] if n else []
+
+
+def repeat_interleaved(
+    variants: Mapping[Variant, Callable[[], RunFigures]],
+    *,
+    runs: int,
+    units: Units,
+    warmups: Mapping[Variant, Callable[[], object]] | None = None,
+    before_each: Callable[[], object] | None = None,
+) -> dict[Variant, dict[str, Summary]]:
+    """:func:`repeat` for variants whose figures are compared as ratios: every variant warms up,
+    then ``runs`` rounds each run every variant once (:func:`round_orders`).
+
+    A ratio of two variants measured minutes apart moves with the machine as much as with the
+    code (docs/benchmarks.md, "Noise"): run one after the other, a slow spell lands on one
+    variant's runs and not the other's. Interleaved, it lands on a run of each. ``before_each``
+    runs before every timed run, outside it (e.g. emptying the tables).
+    """
+    for variant in variants:
+        if warmups is not None and variant in warmups:
+            warmups[variant]()
+    figures: dict[Variant, list[RunFigures]] = {variant: [] for variant in variants}
+    for order in round_orders(list(variants), runs):
+        for variant in order:
+            if before_each is not None:
+                before_each()
+            figures[variant].append(variants[variant]())
+    return {
+        variant: {
+            name: Summary.of([f.get(name, float("nan")) for f in runs_of], unit)
+            for name, unit in units.items()
+        }
+        for variant, runs_of in figures.items()
     }

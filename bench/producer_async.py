@@ -11,7 +11,8 @@ event loop, on SQLAlchemy's AsyncSession (psycopg's async mode, aiosqlite).
   writes it on an AsyncSession) and a one-way op record after the publish (:mod:`bench.floor`).
 
 The workload is the producer path's (:mod:`bench.workload`); only the waiting is asyncio. Tasks
-run a closed loop in one loop, as requests of one uvicorn worker would.
+run a closed loop in one loop, as requests of one uvicorn worker would. The impls' runs are
+interleaved, as in the producer path.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bench.baselines import SyncProducer, create_outbox_table
 from bench.config import BenchConfig
 from bench.floor import GROUP, OneWayProducer, committed
 from bench.load import LoadResult
-from bench.model import Row, ScenarioResult, repeat
+from bench.model import Row, ScenarioResult, repeat_interleaved
 from bench.procs import Context, create_topic, unique
 from bench.producer_path import COLUMNS, TABLES, UNITS, outbox_settings, run_info
 from bench.services import Services, async_engine_for, engine_for
@@ -132,11 +133,10 @@ async def closed_loop(txn: Transaction, *, tasks: int, seconds: float) -> LoadRe
 
 
 def measure(
-    services: Services, db: str, url: str, impl: str, tasks: int, config: BenchConfig
-) -> Row:
-    setup = engine_for(url, pool_size=tasks)
-    clear(setup, TABLES)
-    setup.dispose()
+    services: Services, db: str, url: str, impls: list[str], tasks: int, config: BenchConfig
+) -> list[Row]:
+    """One task count of every impl in ``impls``, their runs interleaved
+    (:func:`bench.model.repeat_interleaved`), each from empty tables."""
     settings = outbox_settings(services.bootstrap, unique("__outbox-async"))
     ensure_topics(settings)
     topic = unique("bench-orders-async")
@@ -144,9 +144,9 @@ def measure(
     producer = OutboxProducer(settings)
     publisher = AsyncPublisher(services.bootstrap)
     ops = OneWayProducer(services.bootstrap)
-    runs: list[LoadResult] = []
+    runs: dict[str, list[LoadResult]] = {impl: [] for impl in impls}
 
-    async def timed_run(seconds: float) -> LoadResult:
+    async def timed_run(impl: str, seconds: float) -> LoadResult:
         engine = async_engine_for(url, pool_size=tasks)
         try:
             factory = async_sessionmaker(engine, expire_on_commit=False)
@@ -155,21 +155,40 @@ def measure(
         finally:
             await engine.dispose()
 
-    def timed() -> dict[str, float]:
-        load = asyncio.run(timed_run(config.seconds))
-        runs.append(load)
-        return load.figures()
+    def timed(impl: str) -> Callable[[], dict[str, float]]:
+        def run() -> dict[str, float]:
+            load = asyncio.run(timed_run(impl, config.seconds))
+            runs[impl].append(load)
+            return load.figures()
 
+        return run
+
+    def warmup(impl: str) -> Callable[[], object]:
+        return lambda: asyncio.run(timed_run(impl, config.warmup_seconds))
+
+    setup = engine_for(url)
     try:
-        metrics = repeat(
-            timed,
+        metrics = repeat_interleaved(
+            {impl: timed(impl) for impl in impls},
             runs=config.runs,
             units=UNITS,
-            warmup=lambda: asyncio.run(timed_run(config.warmup_seconds)),
+            warmups={impl: warmup(impl) for impl in impls},
+            before_each=lambda: clear(setup, TABLES),
         )
     finally:
-        close_each([producer.close, publisher.close, ops.close], log, what="the asyncio producers")
-    return Row({"impl": impl, "db": db, "tasks": tasks}, metrics, run_info(runs))
+        close_each(
+            [setup.dispose, producer.close, publisher.close, ops.close],
+            log,
+            what="the asyncio producers",
+        )
+    return [
+        Row(
+            {"impl": impl, "db": db, "tasks": tasks},
+            metrics[impl],
+            {**run_info(runs[impl]), "interleaved": True},
+        )
+        for impl in impls
+    ]
 
 
 def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult:
@@ -187,16 +206,25 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         create_schema(setup)
         create_outbox_table(setup)
         setup.dispose()
-        for impl in [i for i in IMPLS if i in config.impls]:
-            for tasks in config.workers:
-                row = measure(services, db, url, impl, tasks, config)
+        impls = [i for i in IMPLS if i in config.impls]
+        for tasks in config.workers:
+            for row in measure(services, db, url, impls, tasks, config):
                 result.rows.append(row)
                 _progress(row)
+    # the tables read impl by impl, as before the runs were interleaved
+    result.rows.sort(
+        key=lambda row: (
+            config.databases.index(row.config["db"]),
+            IMPLS.index(row.config["impl"]),
+        )
+    )
     result.notes.append(
         "Tasks of one event loop share one producer and one AsyncEngine pool sized to the "
         "tasks; the transaction is the producer path's (one UPDATE, one 1 KiB INSERT, one 1 KiB "
         "message). Baseline A awaits its publish after the commit; protocol_floor is A with the "
-        "evidence row and a one-way op record (bench/floor.py)."
+        "evidence row and a one-way op record (bench/floor.py). The impls' runs of a task count "
+        "are interleaved (each round runs every impl once, in an order rotated each round), "
+        "every run from empty tables."
     )
     result.seconds = time.monotonic() - started
     return result

@@ -14,7 +14,9 @@ For each database, thread count and messages per transaction:
 - **baseline B**: the same business write plus one ``outbox_messages`` row per message, in the
   same DB transaction (no relay runs meanwhile; its cost is the relay path's).
 
-Every configuration starts from empty tables, warms up, then runs ``runs`` timed runs.
+Every configuration warms each impl up, then runs ``runs`` rounds of one timed run of each impl,
+the impls' order rotated each round, so a slow spell of the machine falls on every impl's runs
+alike (:func:`bench.model.repeat_interleaved`); every run starts from empty tables.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from bench.baselines import SyncProducer, create_outbox_table, place_order_a, pl
 from bench.config import BenchConfig
 from bench.floor import OneWayProducer, place_order_floor
 from bench.load import LoadResult, closed_loop
-from bench.model import Row, ScenarioResult, repeat
+from bench.model import Row, ScenarioResult, repeat_interleaved
 from bench.procs import Context, create_topic, unique
 from bench.services import Services, engine_for
 from bench.workload import CUSTOMER_KEYS, PAYLOAD, business_write, clear, create_schema
@@ -125,41 +127,53 @@ class ProducerBench:
 
 def measure(
     bench: ProducerBench,
-    impl: str,
+    impls: list[str],
     workers: int,
     messages: int,
     config: BenchConfig,
     profiles: list[Any] | None,
-) -> Row:
-    engine = engine_for(bench.url, pool_size=workers)
-    clear(engine, TABLES)
-    factory = sessionmaker(engine)
-    txn = bench.transaction(impl, factory, messages)
-    runs: list[LoadResult] = []
+) -> list[Row]:
+    """One configuration of every impl in ``impls``, their runs interleaved
+    (:func:`bench.model.repeat_interleaved`): the targets are ratios of these rows."""
+    engines = {impl: engine_for(bench.url, pool_size=workers) for impl in impls}
+    runs: dict[str, list[LoadResult]] = {impl: [] for impl in impls}
+    txns = {impl: bench.transaction(impl, sessionmaker(engines[impl]), messages) for impl in impls}
 
-    def timed() -> dict[str, float]:
-        load = closed_loop(
-            txn, workers=workers, seconds=config.seconds, profile=profiles is not None
-        )
-        runs.append(load)
-        if profiles is not None:
-            profiles.extend(load.profiles)
-        return load.figures()
+    def timed(impl: str) -> Callable[[], dict[str, float]]:
+        def run() -> dict[str, float]:
+            load = closed_loop(
+                txns[impl], workers=workers, seconds=config.seconds, profile=profiles is not None
+            )
+            runs[impl].append(load)
+            if profiles is not None:
+                profiles.extend(load.profiles)
+            return load.figures()
 
+        return run
+
+    def warmup(impl: str) -> Callable[[], object]:
+        return lambda: closed_loop(txns[impl], workers=workers, seconds=config.warmup_seconds)
+
+    setup = engine_for(bench.url)
     try:
-        metrics = repeat(
-            timed,
+        metrics = repeat_interleaved(
+            {impl: timed(impl) for impl in impls},
             runs=config.runs,
             units=UNITS,
-            warmup=lambda: closed_loop(txn, workers=workers, seconds=config.warmup_seconds),
+            warmups={impl: warmup(impl) for impl in impls},
+            # each run from the same state: empty tables, whichever impl ran before it
+            before_each=lambda: clear(setup, TABLES),
         )
     finally:
-        engine.dispose()
-    return Row(
-        {"impl": impl, "db": bench.db, "workers": workers, "messages": messages},
-        metrics,
-        run_info(runs),
-    )
+        close_each([setup.dispose, *(e.dispose for e in engines.values())], log, what="the engines")
+    return [
+        Row(
+            {"impl": impl, "db": bench.db, "workers": workers, "messages": messages},
+            metrics[impl],
+            {**run_info(runs[impl]), "interleaved": True},
+        )
+        for impl in impls
+    ]
 
 
 def run_info(runs: list[LoadResult]) -> dict[str, Any]:
@@ -185,21 +199,28 @@ def run(
     for db in config.databases:
         bench = ProducerBench(services, db)
         try:
-            for impl in [i for i in IMPLS if i in config.impls]:
-                for workers in config.workers:
-                    for messages in _messages(impl, config):
-                        row = measure(bench, impl, workers, messages, config, profiles)
+            for workers in config.workers:
+                for messages in config.messages:
+                    impls = [
+                        i for i in IMPLS if i in config.impls and messages in _messages(i, config)
+                    ]
+                    for row in measure(bench, impls, workers, messages, config, profiles):
                         result.rows.append(row)
                         _progress(row)
         finally:
             bench.close()
+    # the tables read impl by impl, as before the runs were interleaved
+    result.rows.sort(
+        key=lambda row: (config.databases.index(row.config["db"]), IMPLS.index(row.config["impl"]))
+    )
     result.notes.append(
         "Threads share one producer and one connection pool sized to the threads; each "
         "transaction is one small UPDATE and one 1 KiB INSERT plus 1 KiB messages. Baseline B's "
         "relay is not running during this scenario (see the relay path). protocol_floor is "
         "baseline A plus the evidence row and a one-way op record (bench/floor.py), one message "
         "per transaction: A's serial shape with the protocol's two records added, without ours' "
-        "machinery."
+        "machinery. The impls' runs of a configuration are interleaved (each round runs every "
+        "impl once, in an order rotated each round), every run from empty tables."
     )
     if profiles:
         write_thread_profiles(profiles, ctx, "producer-workers")

@@ -70,21 +70,47 @@ def _absolute(target: Target, summary: Summary | None, ok: Callable[[float], boo
 
 
 def _ratio(
-    target: Target, top: Summary | None, bottom: Summary | None, ok: Callable[[float], bool]
+    target: Target,
+    top: Summary | None,
+    bottom: Summary | None,
+    ok: Callable[[float], bool],
+    *,
+    paired: bool = False,
 ) -> Target:
-    """``top / bottom`` of the medians; the spread is top's min-max over bottom's median."""
+    """``top / bottom`` of the medians. The spread is top's min-max over bottom's median, or,
+    when the two were measured in interleaved rounds (``paired``: run i of each in round i),
+    the min-max of the rounds' own ratios, which a slow spell of the host moves far less."""
     if top is not None and bottom is not None and bottom.median > 0:
         ratio = top.median / bottom.median
         target.value = ratio
         target.measured = (
             f"{ratio:.2f}x ({fmt(top.median, top.unit)} / {fmt(bottom.median, bottom.unit)})"
         )
-        if len(top.runs) > 1:
+        rounds = _round_ratios(top, bottom) if paired else []
+        if rounds:
+            target.spread = f"{min(rounds):.2f}-{max(rounds):.2f}x by round"
+        elif len(top.runs) > 1:
             target.spread = f"{top.min / bottom.median:.2f}-{top.max / bottom.median:.2f}x"
         else:
             target.spread = "1 run"
         target.met = ok(ratio)
     return target
+
+
+def _round_ratios(top: Summary, bottom: Summary) -> list[float]:
+    """Each round's ``top / bottom``, when both have every round's figure (else none)."""
+    pairs = list(zip(top.runs, bottom.runs, strict=False))
+    if len(top.runs) != len(bottom.runs) or len(pairs) < 2:
+        return []
+    if not all(math.isfinite(t) and math.isfinite(b) and b > 0 for t, b in pairs):
+        return []
+    return [t / b for t, b in pairs]
+
+
+def _interleaved(*rows: Row | None) -> bool:
+    """Whether every row's runs were interleaved with the others' (``bench.model.
+    repeat_interleaved``; results before it ran each impl's runs one after another)."""
+    return all(row is not None and row.info.get("interleaved") is True for row in rows)
 
 
 def evaluate(results: Results) -> list[Target]:
@@ -123,9 +149,11 @@ def _producer(results: Results) -> list[Target]:
         for db, name in dbs
     ]
 
+    def async_row(impl: str) -> Row | None:
+        return _row(results, "producer_async", impl=impl, db="postgresql", tasks=16)
+
     def async_rate(impl: str) -> Summary | None:
-        row = _row(results, "producer_async", impl=impl, db="postgresql", tasks=16)
-        return _metric(row, "txn_per_s")
+        return _metric(async_row(impl), "txn_per_s")
 
     target = _ratio(
         Target(
@@ -135,6 +163,7 @@ def _producer(results: Results) -> list[Target]:
         async_rate("ours"),
         async_rate("baseline_a"),
         lambda r: r >= 0.9,
+        paired=_interleaved(async_row("ours"), async_row("baseline_a")),
     )
     target.note = _floor_note(async_rate("protocol_floor"), async_rate("baseline_a"))
     targets.append(target)
@@ -161,6 +190,7 @@ def _vs_a(
         _metric(ours, metric),
         _metric(a, metric),
         ok,
+        paired=_interleaved(ours, a),
     )
     target.note = _floor_note(_metric(floor, metric), _metric(a, metric))
     return target

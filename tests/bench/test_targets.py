@@ -111,3 +111,31 @@ def test_the_protocol_floor_measured_beside_them_is_noted_on_the_producer_target
     assert by_goal["producer vs A, PostgreSQL"].note.endswith(": 0.72x A")
     assert by_goal["producer p50 vs A, PostgreSQL"].note.endswith(": 1.05x A")
     assert by_goal["producer vs A, SQLite"].note == ""  # no floor measured there
+
+
+def test_interleaved_rounds_give_the_spread_of_each_rounds_own_ratio() -> None:
+    """Ours and A measured round by round (bench.model.repeat_interleaved): the spread is the
+    rounds' own ratios, which a host that slows down for everyone does not widen; runs measured
+    one impl after another keep the old spread (ours' min-max over A's median)."""
+    # the host sped up from round to round, for both alike
+    ours_runs, a_runs = [161.0, 242.0, 334.0], [230.0, 330.0, 470.0]
+
+    def results(interleaved: bool) -> dict[str, ScenarioResult]:
+        producer = ScenarioResult("producer", "p", keys=[], columns={})
+        asyncio = ScenarioResult("producer_async", "a", keys=[], columns={})
+        info = {"interleaved": True} if interleaved else {}
+        for impl, runs in (("ours", ours_runs), ("baseline_a", a_runs)):
+            metrics = {"txn_per_s": Summary.of(runs, "txn/s")}
+            config = {"impl": impl, "db": "postgresql", "workers": 16, "messages": 1}
+            producer.rows.append(Row(config, metrics, dict(info)))
+            config = {"impl": impl, "db": "postgresql", "tasks": 16}
+            asyncio.rows.append(Row(config, metrics, dict(info)))
+        return {"producer": producer, "producer_async": asyncio}
+
+    for name in ("producer vs A, PostgreSQL", "asyncio producer vs A"):
+        paired = {t.name: t for t in evaluate(results(True))}[name]
+        assert paired.value == 242 / 330
+        assert paired.spread == "0.70-0.73x by round"  # 161/230, 242/330, 334/470
+        apart = {t.name: t for t in evaluate(results(False))}[name]
+        assert apart.value == 242 / 330
+        assert apart.spread == "0.49-1.01x"  # 161/330 .. 334/330
