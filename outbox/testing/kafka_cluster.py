@@ -14,11 +14,11 @@ The jar folder is a parameter, so the same cluster runs the pinned release and t
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from outbox.testing.kafka_process import KafkaProcess, _run
+from outbox.testing.left_processes import new_workdir
 from outbox.testing.readiness import wait_for_kafka
 from outbox.testing.service import ServiceStartError
 from outbox.testing.settings import HarnessSettings
@@ -80,7 +80,7 @@ class KafkaCluster:
         workdir: Path | None = None,
     ) -> None:
         self._own_workdir = workdir is None
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="outbox-cluster-"))
+        self.workdir = workdir or new_workdir("outbox-cluster-")
         self.version = settings.kafka_version(jars_dir)
         self.nodes: dict[int, KafkaProcess] = {}
         for node_id in range(1, SIZE + 1):

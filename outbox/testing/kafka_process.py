@@ -9,11 +9,11 @@ from __future__ import annotations
 import atexit
 import shutil
 import subprocess
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 from outbox.testing import stopping
+from outbox.testing.left_processes import new_workdir, service_env
 from outbox.testing.ports import free_port
 from outbox.testing.readiness import wait_for_kafka
 from outbox.testing.service import RunningService, ServiceStartError
@@ -70,7 +70,7 @@ class KafkaProcess:
         self.java = shutil.which("java")
         if self.java is None:
             raise ServiceStartError("no `java` on PATH; install a Java 17 runtime (openjdk-17-jre)")
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="outbox-kafka-"))
+        self.workdir = workdir or new_workdir("outbox-kafka-")
         self.port = free_port()
         self.controller_port = free_port()
         self.config = self.workdir / "server.properties"
@@ -123,6 +123,7 @@ class KafkaProcess:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=service_env(),
             )
         atexit.register(self.kill)
 

@@ -11,7 +11,8 @@ time). A later session removes a container only when its owner ran where this se
 (same host name, namespaces and boot: a session in another container with the same host name
 has pids this one cannot look up) and is gone (a zombie counts: killed, not yet reaped); any
 container of a process still running - another session beside this one, one restarting its
-container - or of an owner it cannot see is left alone.
+container - or of an owner it cannot see is left alone. The local provider's processes carry
+the same owner (:mod:`outbox.testing.left_processes`).
 """
 
 from __future__ import annotations

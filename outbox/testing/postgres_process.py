@@ -13,9 +13,9 @@ import os
 import pwd
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
+from outbox.testing.left_processes import new_workdir, service_env
 from outbox.testing.ports import free_port
 from outbox.testing.readiness import wait_for_postgres
 from outbox.testing.service import RunningService, ServiceStartError
@@ -64,7 +64,7 @@ class PostgresProcess:
     def __init__(self) -> None:
         self.bindir = find_bindir()
         self.user = _run_as_user()
-        self.workdir = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
+        self.workdir = new_workdir("outbox-pg-")
         self.data = self.workdir / "data"
         self.log_file = self.workdir / "postgres.log"
         self.port = free_port()
@@ -76,6 +76,8 @@ class PostgresProcess:
         return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
 
     def _cmd(self, tool: str, *args: str) -> None:
+        """Run one of PostgreSQL's tools; the server ``pg_ctl start`` detaches carries this
+        session as its owner (:mod:`outbox.testing.left_processes`)."""
         done = subprocess.run(
             [str(self.bindir / tool), *args],
             capture_output=True,
@@ -85,6 +87,7 @@ class PostgresProcess:
             user=self.user.pw_uid if self.user else None,
             group=self.user.pw_gid if self.user else None,
             cwd=self.workdir,
+            env=service_env(),
         )
         if done.returncode != 0:
             raise ServiceStartError(

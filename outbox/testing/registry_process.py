@@ -13,10 +13,10 @@ from __future__ import annotations
 import atexit
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 from outbox.testing import stopping
+from outbox.testing.left_processes import new_workdir, service_env
 from outbox.testing.ports import free_port
 from outbox.testing.readiness import wait_for_schema_registry
 from outbox.testing.service import RunningService, ServiceStartError
@@ -35,7 +35,7 @@ class RegistryProcess:
         self.java = shutil.which("java")
         if self.java is None:
             raise ServiceStartError("no `java` on PATH; install a Java 17 runtime (openjdk-17-jre)")
-        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="outbox-registry-"))
+        self.workdir = workdir or new_workdir("outbox-registry-")
         self.port = free_port()
         self.log_file = self.workdir / "registry.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,7 +69,11 @@ class RegistryProcess:
         ]
         with self.log_file.open("ab") as out:
             self.proc = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=service_env(),
             )
         atexit.register(self.kill)
         try:

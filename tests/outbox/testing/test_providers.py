@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -15,6 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from outbox.testing import RunningService
 from outbox.testing.containers import remove_left_containers
+from outbox.testing.left_processes import remove_left_processes
 from outbox.testing.owners import OWNER_LABEL
 
 pytestmark = pytest.mark.integration
@@ -52,6 +55,65 @@ class TestLocalProcessProvider:
     def test_postgres_runs_as_a_local_process_and_answers(self, local_postgres: RunningService):
         assert local_postgres.provider == "local"
         assert _server_version(local_postgres.address)[:2].isdigit()
+
+    @pytest.mark.parametrize("service", ["kafka", "postgres"])
+    def test_a_killed_sessions_local_service_is_stopped_and_this_ones_stay(
+        self, service: str, local_kafka: RunningService, local_postgres: RunningService
+    ) -> None:
+        """A session killed with -9 leaves its local broker or PostgreSQL (``pg_ctl`` detached
+        it) running; the next session's start stops it and removes its folder, and leaves
+        this session's services, which still run."""
+        started = subprocess.Popen(
+            [sys.executable, "-c", KILLED_LOCAL_SESSION.format(service=service)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert started.stdout is not None
+            ready, _, _ = select.select([started.stdout], [], [], 180)
+            said = started.stdout.readline().split() if ready else []
+            assert len(said) == 2, f"the killed session's {service} did not start within 180 s"
+            port, folder = int(said[0]), Path(said[1])
+            os.kill(started.pid, signal.SIGKILL)
+            started.wait(30)
+            assert _answers(port), "a session killed with -9 leaves its service running"
+            assert folder.is_dir()
+
+            remove_left_processes()
+
+            assert not _answers(port)
+            assert not folder.exists()
+        finally:
+            if started.poll() is None:
+                started.kill()
+                started.wait(30)
+        assert _kafka_round_trip(local_kafka.address) == b"hello"
+        assert _server_version(local_postgres.address)[:2].isdigit()
+
+
+#: A session that starts a local service, says where (its port and folder) and waits to be killed.
+KILLED_LOCAL_SESSION = """
+import tempfile, time
+from pathlib import Path
+from outbox.testing import start_{service}
+from outbox.testing.left_processes import OWNER_FILE
+from outbox.testing.owners import this_process
+service = start_{service}(provider="local")
+port = service.address.rsplit(":", 1)[1].split("/")[0]
+mine = [p for p in Path(tempfile.gettempdir()).glob("outbox-*")
+        if (p / OWNER_FILE).is_file() and (p / OWNER_FILE).read_text() == this_process()]
+print(port, *mine, flush=True)
+time.sleep(600)
+"""
+
+
+def _answers(port: int) -> bool:
+    """Whether something listens on this loopback port."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return False
+    return True
 
 
 @pytest.mark.provider_containers

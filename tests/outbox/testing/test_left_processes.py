@@ -1,0 +1,109 @@
+"""The local services' processes and folders a killed session left, judged by their owner."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outbox.testing.left_processes import (
+    OWNER_ENV,
+    OWNER_FILE,
+    left_folders,
+    left_processes,
+    remove_left_processes,
+)
+from outbox.testing.owners import this_process
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+#: A service stand-in that ignores SIGTERM (a broker stuck in its shutdown).
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(300)"
+)
+
+
+def _gone_owner() -> str:
+    """The owner value of a process that has ended."""
+    code = "from outbox.testing.owners import this_process; print(this_process())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def started() -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts, killed at its end whatever it asserted."""
+    processes: list[subprocess.Popen[str]] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def _service(started: list[subprocess.Popen[str]], owner: str, code: str | None = None) -> int:
+    process = subprocess.Popen(
+        [sys.executable, "-c", code] if code else ["sleep", "300"],
+        env={**os.environ, OWNER_ENV: owner},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    started.append(process)
+    if code:  # its handler is installed once it says so
+        assert process.stdout is not None and process.stdout.readline().strip() == "ready"
+    return process.pid
+
+
+def test_a_gone_owners_processes_are_stopped_and_a_live_or_unknown_owners_stay(
+    started: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    left = _service(started, _gone_owner())
+    ours = _service(started, this_process())
+    malformed = _service(started, "not an owner")
+    assert left in left_processes()
+    assert ours not in left_processes() and malformed not in left_processes()
+
+    stopped = remove_left_processes(grace_s=10, tmp=tmp_path)
+
+    assert left in stopped and ours not in stopped and malformed not in stopped
+    assert started[0].wait(10) == -signal.SIGTERM
+    assert started[1].poll() is None and started[2].poll() is None
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_grace(
+    started: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    stubborn = _service(started, _gone_owner(), STUBBORN)
+
+    assert stubborn in remove_left_processes(grace_s=0.5, tmp=tmp_path)
+    assert started[0].wait(10) == -signal.SIGKILL
+
+
+def test_only_the_services_folders_of_a_gone_owner_are_removed(tmp_path: Path) -> None:
+    gone, alive = _gone_owner(), this_process()
+    folders = {
+        "outbox-pg-left": gone,
+        "outbox-kafka-left": gone,
+        "outbox-cluster-left": gone,
+        "outbox-registry-left": gone,
+        "outbox-kafka-this": alive,
+        "outbox-pg-malformed": "not an owner",
+        "outbox-pg-unlabelled": None,  # an older session's, or one being created
+        "outbox-demo-left": gone,  # not a service's folder
+    }
+    for name, owner in folders.items():
+        (tmp_path / name / "data").mkdir(parents=True)
+        if owner is not None:
+            (tmp_path / name / OWNER_FILE).write_text(owner)
+    left = [f"outbox-{kind}-left" for kind in ("cluster", "kafka", "pg", "registry")]
+    assert [f.name for f in left_folders(tmp_path)] == left
+
+    remove_left_processes(tmp=tmp_path)
+
+    assert sorted(f.name for f in tmp_path.iterdir()) == sorted(set(folders) - set(left))
