@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from outbox.testing import stopping
+from outbox.testing.left_processes import new_workdir, service_env
 from outbox.testing.ports import free_port
 from outbox.testing.service import ServiceStartError
 from outbox.testing.settings import HarnessSettings
@@ -141,7 +141,7 @@ class ConnectWorker:
         if java is None:
             raise ServiceStartError("no `java` on PATH; install a Java 17 runtime (openjdk-17-jre)")
         self.java = java
-        self.workdir = Path(tempfile.mkdtemp(prefix="outbox-connect-"))
+        self.workdir = new_workdir("outbox-connect-")
         self.rest_port = free_port()
         self.log_file = self.workdir / "connect.log"
         self.worker_file = self.workdir / "worker.properties"
@@ -177,7 +177,11 @@ class ConnectWorker:
         """
         out = (self.workdir / "stdout.log").open("ab")
         self.proc = subprocess.Popen(
-            self.command(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            self.command(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=service_env(),  # stopped by a later start if this process is killed
         )
         out.close()
         self._wait(self._streaming, timeout, "streaming")

@@ -111,10 +111,27 @@ def repeat(
 
 
 def round_orders(variants: Sequence[Variant], runs: int) -> list[list[Variant]]:
-    """The order of the variants in each of ``runs`` rounds: rotated by one each round, so that
-    no variant always runs first (after a pause) or right after the same neighbour."""
+    """The order of the variants in each of ``runs`` rounds, from a balanced Latin square
+    (Williams' design): each variant runs once a round, in each position once over ``n``
+    rounds, and after each other variant equally often (over ``n`` rounds for an even ``n``,
+    ``2n`` for an odd one). A plain rotation would keep the cyclic order - the same variant
+    always right after the same neighbour, whose leftovers (WAL to write, a busy broker) it
+    would meet every round."""
     n = len(variants)
-    return [[variants[(r + i) % n] for i in range(n)] for r in range(runs)] if n else []
+    if n == 0:
+        return []
+    first = [0]  # 0, 1, n-1, 2, n-2, ...
+    low, high = 1, n - 1
+    while len(first) < n:
+        first.append(low if len(first) % 2 else high)
+        if len(first) % 2:
+            high -= 1
+        else:
+            low += 1
+    rows = [[(i + r) % n for i in first] for r in range(n)]
+    if n % 2:  # an odd square needs each row reversed too; alternate them
+        rows = [row for r in rows for row in (r, r[::-1])]
+    return [[variants[i] for i in rows[k % len(rows)]] for k in range(runs)]
 
 
 def repeat_interleaved(

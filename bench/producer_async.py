@@ -207,7 +207,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         create_outbox_table(setup)
         setup.dispose()
         impls = [i for i in IMPLS if i in config.impls]
-        for tasks in config.workers:
+        for tasks in config.workers if impls else ():
             for row in measure(services, db, url, impls, tasks, config):
                 result.rows.append(row)
                 _progress(row)
@@ -223,7 +223,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         "tasks; the transaction is the producer path's (one UPDATE, one 1 KiB INSERT, one 1 KiB "
         "message). Baseline A awaits its publish after the commit; protocol_floor is A with the "
         "evidence row and a one-way op record (bench/floor.py). The impls' runs of a task count "
-        "are interleaved (each round runs every impl once, in an order rotated each round), "
+        "are interleaved (each round runs every impl once, in an order balanced over the rounds), "
         "every run from empty tables."
     )
     result.seconds = time.monotonic() - started

@@ -15,8 +15,9 @@ For each database, thread count and messages per transaction:
   same DB transaction (no relay runs meanwhile; its cost is the relay path's).
 
 Every configuration warms each impl up, then runs ``runs`` rounds of one timed run of each impl,
-the impls' order rotated each round, so a slow spell of the machine falls on every impl's runs
-alike (:func:`bench.model.repeat_interleaved`); every run starts from empty tables.
+the impls' order balanced over the rounds (:func:`bench.model.round_orders`), so a slow spell
+of the machine falls on every impl's runs alike (:func:`bench.model.repeat_interleaved`);
+every run starts from empty tables.
 """
 
 from __future__ import annotations
@@ -204,6 +205,8 @@ def run(
                     impls = [
                         i for i in IMPLS if i in config.impls and messages in _messages(i, config)
                     ]
+                    if not impls:
+                        continue
                     for row in measure(bench, impls, workers, messages, config, profiles):
                         result.rows.append(row)
                         _progress(row)
@@ -220,7 +223,7 @@ def run(
         "baseline A plus the evidence row and a one-way op record (bench/floor.py), one message "
         "per transaction: A's serial shape with the protocol's two records added, without ours' "
         "machinery. The impls' runs of a configuration are interleaved (each round runs every "
-        "impl once, in an order rotated each round), every run from empty tables."
+        "impl once, in an order balanced over the rounds), every run from empty tables."
     )
     if profiles:
         write_thread_profiles(profiles, ctx, "producer-workers")

@@ -13,7 +13,7 @@ from typing import Any
 from bench.model import ScenarioResult
 from bench.procs import ROOT
 from bench.stats import fmt
-from bench.targets import Target
+from bench.target import Target
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 

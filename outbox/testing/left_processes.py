@@ -4,19 +4,24 @@ The local provider's twin of :func:`outbox.testing.containers.remove_left_contai
 session killed with -9 (a CI job cancelled, a benchmark interrupted) cannot stop the processes
 it started, and ``pg_ctl`` detaches PostgreSQL from it, so no parent-death signal would reach
 it either: a killed benchmark once left its Kafka and PostgreSQL running, taking memory and CPU
-from every later measurement on a 2-core machine. So each local service runs with its owner in
-its environment (:data:`OWNER_ENV`, :func:`outbox.testing.owners.this_process`), which every
-process it forks inherits (PostgreSQL's backends too), and its folder holds the same in an
-:data:`OWNER_FILE`. Before a local service starts, :func:`remove_left_processes` stops the
-processes and removes the folders whose owner is gone - never those of a session still running
-beside this one, nor of an owner this session cannot look up (another host, pid namespace or
-boot: :func:`outbox.testing.owners.gone`).
+from every later measurement on a 2-core machine. So each local service's process starts with
+its owner in its environment (:data:`OWNER_ENV`, :func:`outbox.testing.owners.this_process`;
+PostgreSQL's postmaster, whose own children overwrite that area with their titles and end with
+it), and its folder holds the same in an :data:`OWNER_FILE`. Before a local service starts,
+:func:`remove_left_processes` stops the processes and removes the folders whose owner is gone -
+never those of a session still running beside this one, nor of an owner this session cannot
+look up (another host, pid namespace or boot: :func:`outbox.testing.owners.gone`).
+
+The owner is the process that started the service, so that process must outlive every user of
+the service: a helper process that starts one and exits leaves it to be stopped, as a killed
+session would (the containers' rule too).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import tempfile
@@ -31,7 +36,13 @@ OWNER_ENV = "OUTBOX_TESTING_OWNER"
 #: The file in a local service's folder that names its owner.
 OWNER_FILE = "outbox-owner"
 #: The folders' name prefixes (``tempfile.mkdtemp``'s) that :func:`remove_left_processes` looks at.
-PREFIXES = ("outbox-kafka-", "outbox-pg-", "outbox-cluster-", "outbox-registry-")
+PREFIXES = (
+    "outbox-kafka-",
+    "outbox-pg-",
+    "outbox-cluster-",
+    "outbox-registry-",
+    "outbox-connect-",  # the benchmarks' Kafka Connect worker (bench/connect_worker.py)
+)
 
 _ENV_PREFIX = f"{OWNER_ENV}=".encode()
 
@@ -46,20 +57,22 @@ def new_workdir(prefix: str) -> Path:
     sessions left is removed first."""
     remove_left_processes()
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    (folder / OWNER_FILE).write_text(owners.this_process())
+    written = folder / f".{OWNER_FILE}"  # renamed into place: never read half written
+    written.write_text(owners.this_process())
+    written.replace(folder / OWNER_FILE)
     return folder
 
 
-def left_processes(proc: Path = Path("/proc")) -> list[int]:
-    """The processes of local services whose owner is gone (pids, ascending)."""
+def left_processes() -> dict[int, str]:
+    """The processes of local services whose owner is gone: pid -> owner, by pid."""
     judged: dict[str, bool] = {}
-    left = []
-    for pid, owner in _owned(proc):
+    left = {}
+    for pid, owner in sorted(_owned()):
         if owner not in judged:
             judged[owner] = owners.gone(owner)
         if judged[owner]:
-            left.append(pid)
-    return sorted(left)
+            left[pid] = owner
+    return left
 
 
 def left_folders(tmp: Path | None = None) -> list[Path]:
@@ -70,37 +83,79 @@ def left_folders(tmp: Path | None = None) -> list[Path]:
     for folder in sorted(root.glob("outbox-*")):
         if not folder.name.startswith(PREFIXES):
             continue
-        try:
-            owner = (folder / OWNER_FILE).read_text()
-        except OSError:
-            continue
-        if owners.gone(owner):
+        owner = _read(str(folder / OWNER_FILE))
+        if owner and owners.gone(owner):
             left.append(folder)
     return left
 
 
 def remove_left_processes(*, grace_s: float = 10.0, tmp: Path | None = None) -> list[int]:
-    """Stop the local services' processes whose owner is gone (SIGTERM, SIGKILL after
-    ``grace_s``) and remove their folders; the pids stopped."""
-    pids = left_processes()
-    _signal(pids, signal.SIGTERM)
+    """Stop the local services' processes whose owner is gone and remove their folders; the
+    pids stopped.
+
+    PostgreSQL gets a fast shutdown (SIGINT: its clients disconnected, where SIGTERM's smart
+    shutdown would wait for a killed session's orphaned relay to hang up), the others SIGTERM;
+    whatever still runs after ``grace_s`` gets SIGKILL. A folder is removed only once no process
+    of its owner runs any more.
+    """
+    left = [_Left(pid, owner) for pid, owner in left_processes().items()]
+    for process in left:
+        process.signal(signal.SIGINT if process.name == "postgres" else signal.SIGTERM)
     deadline = time.monotonic() + grace_s
-    while (running := [p for p in pids if _running(p)]) and time.monotonic() < deadline:
+    while (running := [p for p in left if p.running()]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    if running:
-        _signal(running, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while any(_running(p) for p in running) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    for process in running:
+        process.signal(signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while (running := [p for p in running if p.running()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    still = {process.owner for process in running}
+    for process in left:
+        process.close()
     for folder in left_folders(tmp):
-        shutil.rmtree(folder, ignore_errors=True)
-    return pids
+        if _read(str(folder / OWNER_FILE)) not in still:
+            shutil.rmtree(folder, ignore_errors=True)
+    return [process.pid for process in left]
 
 
-def _owned(proc: Path) -> Iterator[tuple[int, str]]:
+class _Left:
+    """One process of a gone owner, held by a pidfd where the kernel has them (Linux 5.3+),
+    so that no signal or liveness check reaches a process that reused its pid."""
+
+    def __init__(self, pid: int, owner: str) -> None:
+        self.pid, self.owner = pid, owner
+        self.name = _read(f"/proc/{pid}/comm").strip()
+        self.fd: int | None = None
+        with contextlib.suppress(OSError):  # ESRCH: gone; ENOSYS/EPERM: no pidfds here
+            self.fd = os.pidfd_open(pid)
+
+    def signal(self, sig: signal.Signals) -> None:
+        """``sig``, if the process still carries its gone owner."""
+        if _owner_of(Path(f"/proc/{self.pid}")) != self.owner or not owners.gone(self.owner):
+            return
+        with contextlib.suppress(OSError):
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, sig)
+            else:
+                os.kill(self.pid, sig)
+
+    def running(self) -> bool:
+        """Whether it still runs (a zombie does not: it waits only for its parent's reaping)."""
+        if self.fd is not None:
+            return not select.select([self.fd], [], [], 0)[0]  # readable once it exited
+        stat = _read(f"/proc/{self.pid}/stat")
+        return bool(stat) and stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _owned() -> Iterator[tuple[int, str]]:
     """Each process with :data:`OWNER_ENV` in its environment (those this user may read)."""
     try:
-        entries = list(proc.iterdir())
+        entries = list(Path("/proc").iterdir())
     except OSError:
         return
     for entry in entries:
@@ -112,6 +167,8 @@ def _owned(proc: Path) -> Iterator[tuple[int, str]]:
 
 
 def _owner_of(entry: Path) -> str | None:
+    """The owner in a process's environment (``/proc/<pid>/environ``), if it has one and this
+    user may read it."""
     try:
         environ = (entry / "environ").read_bytes()
     except OSError:  # gone meanwhile, or another user's
@@ -122,27 +179,9 @@ def _owner_of(entry: Path) -> str | None:
     return None
 
 
-def _signal(pids: list[int], sig: signal.Signals) -> None:
-    """Send ``sig`` to each pid that still carries a gone owner: through a pidfd opened
-    first, so a pid the kernel gave to another process meanwhile is never signalled."""
-    for pid in pids:
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:  # gone already
-            continue
-        try:
-            owner = _owner_of(Path(f"/proc/{pid}"))
-            if owner is not None and owners.gone(owner):
-                with contextlib.suppress(OSError):
-                    signal.pidfd_send_signal(fd, sig)
-        finally:
-            os.close(fd)
-
-
-def _running(pid: int) -> bool:
-    """Whether ``pid`` runs (a zombie does not: it waits only for its parent to reap it)."""
+def _read(path: str) -> str:
+    """A small file's text; empty when it cannot be read (gone meanwhile, another user's)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(path).read_text()
     except OSError:
-        return False
-    return stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+        return ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable
 
 import pytest
@@ -13,7 +14,7 @@ from bench.model import RunFigures, repeat_interleaved, round_orders
 UNITS = {"txn_per_s": "txn/s", "p50_ms": "ms"}
 
 
-def test_each_round_runs_every_variant_once_in_a_rotated_order() -> None:
+def test_each_round_runs_every_variant_once_in_an_order_of_its_own() -> None:
     orders = round_orders(["ours", "floor", "a", "b"], 6)
     assert len(orders) == 6
     for order in orders:
@@ -23,6 +24,19 @@ def test_each_round_runs_every_variant_once_in_a_rotated_order() -> None:
     # no two rounds in a row alike
     for earlier, later in itertools.pairwise(orders):
         assert earlier != later
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6])
+def test_over_the_square_every_variant_follows_every_other_equally_often(n: int) -> None:
+    """No variant always runs right after the same neighbour (a plain rotation would keep
+    the cyclic order), and each takes each position equally often."""
+    rounds = n if n % 2 == 0 else 2 * n
+    orders = round_orders(list(range(n)), rounds)
+    after = Counter(pair for order in orders for pair in itertools.pairwise(order))
+    assert set(after) == {(a, b) for a in range(n) for b in range(n) if a != b}
+    assert len(set(after.values())) == 1
+    for position in range(n):
+        assert Counter(order[position] for order in orders) == dict.fromkeys(range(n), rounds // n)
 
 
 def test_no_variants_no_rounds() -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from outbox.testing.left_processes import (
     OWNER_FILE,
     left_folders,
     left_processes,
+    new_workdir,
     remove_left_processes,
 )
 from outbox.testing.owners import this_process
@@ -47,9 +51,15 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
         process.wait(10)
 
 
-def _service(started: list[subprocess.Popen[str]], owner: str, code: str | None = None) -> int:
+def _service(
+    started: list[subprocess.Popen[str]],
+    owner: str,
+    code: str | None = None,
+    *,
+    program: str = "sleep",
+) -> int:
     process = subprocess.Popen(
-        [sys.executable, "-c", code] if code else ["sleep", "300"],
+        [sys.executable, "-c", code] if code else [program, "300"],
         env={**os.environ, OWNER_ENV: owner},
         stdout=subprocess.PIPE,
         text=True,
@@ -92,6 +102,7 @@ def test_only_the_services_folders_of_a_gone_owner_are_removed(tmp_path: Path) -
         "outbox-kafka-left": gone,
         "outbox-cluster-left": gone,
         "outbox-registry-left": gone,
+        "outbox-connect-left": gone,
         "outbox-kafka-this": alive,
         "outbox-pg-malformed": "not an owner",
         "outbox-pg-unlabelled": None,  # an older session's, or one being created
@@ -101,9 +112,74 @@ def test_only_the_services_folders_of_a_gone_owner_are_removed(tmp_path: Path) -
         (tmp_path / name / "data").mkdir(parents=True)
         if owner is not None:
             (tmp_path / name / OWNER_FILE).write_text(owner)
-    left = [f"outbox-{kind}-left" for kind in ("cluster", "kafka", "pg", "registry")]
+    left = [f"outbox-{kind}-left" for kind in ("cluster", "connect", "kafka", "pg", "registry")]
     assert [f.name for f in left_folders(tmp_path)] == left
 
     remove_left_processes(tmp=tmp_path)
 
     assert sorted(f.name for f in tmp_path.iterdir()) == sorted(set(folders) - set(left))
+
+
+def test_postgresql_gets_a_fast_shutdown_not_a_smart_one(
+    started: list[subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    """SIGTERM would make a postmaster wait for its clients, e.g. a killed session's orphaned
+    relay; SIGINT disconnects them. A stand-in named ``postgres`` shows which it gets."""
+    postgres = tmp_path / "postgres"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", postgres)
+    pid = _service(started, _gone_owner(), program=str(postgres))
+
+    assert pid in remove_left_processes(grace_s=10, tmp=tmp_path)
+    assert started[0].wait(10) == -signal.SIGINT
+
+
+def test_without_pidfds_the_processes_are_stopped_all_the_same(
+    started: list[subprocess.Popen[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kernels before 5.3, gVisor or a seccomp profile refuse ``pidfd_open``: the pid is
+    signalled directly (after the same owner check), not taken for gone."""
+
+    def refused(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "pidfd_open")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    left = _service(started, _gone_owner())
+
+    assert left in remove_left_processes(grace_s=10, tmp=tmp_path)
+    assert started[0].wait(10) == -signal.SIGTERM
+
+
+def test_a_folder_stays_while_a_process_of_its_owner_still_runs(
+    started: list[subprocess.Popen[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process no signal stopped (here: the signals go nowhere) may still write in its
+    folder: the folder is removed by a later start, once it has stopped."""
+    gone = _gone_owner()
+    (tmp_path / "outbox-kafka-left").mkdir()
+    (tmp_path / "outbox-kafka-left" / OWNER_FILE).write_text(gone)
+    _service(started, gone)
+    monkeypatch.setattr(signal, "pidfd_send_signal", lambda *args: None)
+    monkeypatch.setattr(os, "kill", lambda *args: None)
+
+    remove_left_processes(grace_s=0.2, tmp=tmp_path)
+
+    assert started[0].poll() is None
+    assert (tmp_path / "outbox-kafka-left").is_dir()
+    monkeypatch.undo()
+    remove_left_processes(grace_s=10, tmp=tmp_path)
+    assert started[0].wait(10) == -signal.SIGTERM
+    assert not (tmp_path / "outbox-kafka-left").exists()
+
+
+def test_a_new_workdir_is_owned_by_this_process_and_made_after_the_leftovers_went() -> None:
+    left = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
+    (left / OWNER_FILE).write_text(_gone_owner())
+    folder = new_workdir("outbox-kafka-")
+    try:
+        assert not left.exists()
+        assert folder.name.startswith("outbox-kafka-")
+        assert (folder / OWNER_FILE).read_text() == this_process()
+        assert [p.name for p in folder.iterdir()] == [OWNER_FILE]  # no half-written copy left
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(left, ignore_errors=True)

@@ -87,6 +87,7 @@ class TestLocalProcessProvider:
             if started.poll() is None:
                 started.kill()
                 started.wait(30)
+            remove_left_processes()  # whatever failed above, the killed session's service goes
         assert _kafka_round_trip(local_kafka.address) == b"hello"
         assert _server_version(local_postgres.address)[:2].isdigit()
 
