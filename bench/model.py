@@ -111,12 +111,14 @@ def repeat(
 
 
 def round_orders(variants: Sequence[Variant], runs: int) -> list[list[Variant]]:
-    """The order of the variants in each of ``runs`` rounds, from a balanced Latin square
-    (Williams' design): each variant runs once a round, in each position once over ``n``
-    rounds, and after each other variant equally often (over ``n`` rounds for an even ``n``,
-    ``2n`` for an odd one). A plain rotation would keep the cyclic order - the same variant
-    always right after the same neighbour, whose leftovers (WAL to write, a busy broker) it
-    would meet every round."""
+    """The order of the variants in each of ``runs`` rounds, from Williams' design (a balanced
+    Latin square): every ``n`` rounds put each variant in each position once, and over complete
+    squares - ``n`` rounds for an even ``n``, ``2n`` (the square, then its rows reversed) for an
+    odd one - each variant runs right after each other variant equally often. A plain rotation
+    would keep the cyclic order: the same variant always right after the same neighbour, whose
+    leftovers (WAL to write, a busy broker) it would meet every round. Fewer rounds than a
+    complete square (the benchmark's default 3, for 3 or 4 impls) get its first rows: no
+    variant in the same position twice, the neighbours varied but not balanced."""
     n = len(variants)
     if n == 0:
         return []
@@ -129,8 +131,8 @@ def round_orders(variants: Sequence[Variant], runs: int) -> list[list[Variant]]:
         else:
             low += 1
     rows = [[(i + r) % n for i in first] for r in range(n)]
-    if n % 2:  # an odd square needs each row reversed too; alternate them
-        rows = [row for r in rows for row in (r, r[::-1])]
+    if n % 2:  # an odd square balances the neighbours only with its rows reversed after it
+        rows += [row[::-1] for row in rows]
     return [[variants[i] for i in rows[k % len(rows)]] for k in range(runs)]
 
 

@@ -199,15 +199,15 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
         keys=["impl", "db", "tasks"],
         columns=COLUMNS,
     )
-    for db in config.databases:
+    impls = [i for i in IMPLS if i in config.impls]
+    for db in config.databases if impls else ():
         url = services.database(db, "producer_async")
         migrations.upgrade(url)
         setup = engine_for(url)
         create_schema(setup)
         create_outbox_table(setup)
         setup.dispose()
-        impls = [i for i in IMPLS if i in config.impls]
-        for tasks in config.workers if impls else ():
+        for tasks in config.workers:
             for row in measure(services, db, url, impls, tasks, config):
                 result.rows.append(row)
                 _progress(row)

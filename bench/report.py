@@ -13,7 +13,7 @@ from typing import Any
 from bench.model import ScenarioResult
 from bench.procs import ROOT
 from bench.stats import fmt
-from bench.target import Target
+from bench.target_model import Target
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 

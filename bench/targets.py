@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from bench.model import Row
 from bench.stats import Summary
-from bench.target import (
+from bench.target_model import (
     Results,
     Target,
     absolute,

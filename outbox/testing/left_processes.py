@@ -98,20 +98,24 @@ def remove_left_processes(*, grace_s: float = 10.0, tmp: Path | None = None) -> 
     whatever still runs after ``grace_s`` gets SIGKILL. A folder is removed only once no process
     of its owner runs any more.
     """
-    left = [_Left(pid, owner) for pid, owner in left_processes().items()]
-    for process in left:
-        process.signal(signal.SIGINT if process.name == "postgres" else signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while (running := [p for p in left if p.running()]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for process in running:
-        process.signal(signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while (running := [p for p in running if p.running()]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    left: list[_Left] = []
+    try:
+        for pid, owner in left_processes().items():
+            left.append(_Left(pid, owner))
+        for process in left:
+            process.signal(signal.SIGINT if process.name == "postgres" else signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while (running := [p for p in left if p.running()]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for process in running:
+            process.signal(signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while (running := [p for p in running if p.running()]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for process in left:
+            process.close()
     still = {process.owner for process in running}
-    for process in left:
-        process.close()
     for folder in left_folders(tmp):
         if _read(str(folder / OWNER_FILE)) not in still:
             shutil.rmtree(folder, ignore_errors=True)
@@ -126,11 +130,22 @@ class _Left:
         self.pid, self.owner = pid, owner
         self.name = _read(f"/proc/{pid}/comm").strip()
         self.fd: int | None = None
-        with contextlib.suppress(OSError):  # ESRCH: gone; ENOSYS/EPERM: no pidfds here
+        #: Ended, or its pid now another process's: nothing to signal or wait for.
+        self.done = False
+        try:
             self.fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self.done = True
+        except OSError:  # ENOSYS, EPERM: no pidfds here; the pid is checked each time
+            pass
+        # the pid may have gone to another process since /proc was read: the fd holds that one
+        if _owner_of(Path(f"/proc/{pid}")) != owner:
+            self.done = True
 
     def signal(self, sig: signal.Signals) -> None:
         """``sig``, if the process still carries its gone owner."""
+        if self.done:
+            return
         if _owner_of(Path(f"/proc/{self.pid}")) != self.owner or not owners.gone(self.owner):
             return
         with contextlib.suppress(OSError):
@@ -141,12 +156,19 @@ class _Left:
 
     def running(self) -> bool:
         """Whether it still runs (a zombie does not: it waits only for its parent's reaping)."""
+        if self.done:
+            return False
         if self.fd is not None:
-            return not select.select([self.fd], [], [], 0)[0]  # readable once it exited
+            poller = select.poll()
+            poller.register(self.fd, select.POLLIN)
+            return not poller.poll(0)  # readable once it exited
+        if _owner_of(Path(f"/proc/{self.pid}")) != self.owner:
+            return False  # its pid is another process's now
         stat = _read(f"/proc/{self.pid}/stat")
         return bool(stat) and stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
 
     def close(self) -> None:
+        """Let the pidfd go."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

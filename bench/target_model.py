@@ -25,9 +25,11 @@ class Target:
     note: str = ""
 
     def verdict(self) -> str:
+        """The table's "met" column: yes, NO, or n/a when not measured in this run."""
         return {True: "yes", False: "NO", None: "n/a"}[self.met]
 
     def to_json(self) -> dict[str, Any]:
+        """As the results file stores it (NaN as null: JSON has no NaN)."""
         return {
             "name": self.name,
             "goal": self.goal,
@@ -43,11 +45,13 @@ Results = dict[str, ScenarioResult]
 
 
 def row_of(results: Results, scenario: str, **config: Any) -> Row | None:
+    """The row of ``scenario`` with this configuration, if the run measured it."""
     found = results.get(scenario)
     return None if found is None else found.find(**config)
 
 
 def metric_of(row: Row | None, metric: str) -> Summary | None:
+    """A row's figures for ``metric``; None where not measured (no row, or every run NaN)."""
     if row is None or metric not in row.metrics:
         return None
     summary = row.metrics[metric]
@@ -55,6 +59,7 @@ def metric_of(row: Row | None, metric: str) -> Summary | None:
 
 
 def absolute(target: Target, summary: Summary | None, ok: Callable[[float], bool]) -> Target:
+    """``target`` measured against a bound: its median, met where ``ok`` says so."""
     if summary is not None:
         target.value = summary.median
         target.measured = f"{fmt(summary.median, summary.unit)} {summary.unit}"
