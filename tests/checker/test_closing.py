@@ -10,6 +10,7 @@ import os
 import re
 import threading
 import time
+import types
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -48,6 +49,15 @@ def connections_to(port: int) -> int:
     return found
 
 
+def _holder(referrer: object) -> str:
+    """What holds a client: its type, and for a frame the function and line it stopped at (a
+    frame kept by a reference cycle - an exception's traceback - names the code to mend)."""
+    if isinstance(referrer, types.FrameType):
+        code = referrer.f_code
+        return f"frame {code.co_name} ({code.co_filename}:{referrer.f_lineno})"
+    return type(referrer).__name__
+
+
 def still_alive() -> str:
     """The librdkafka clients still alive in this process and what holds each (for a failure
     message: which part did not let go)."""
@@ -55,7 +65,7 @@ def still_alive() -> str:
     lines = []
     for obj in scanned:
         if isinstance(obj, (Consumer, Producer, AdminClient)):
-            holders = [type(r).__name__ for r in gc.get_referrers(obj) if r is not scanned]
+            holders = [_holder(r) for r in gc.get_referrers(obj) if r is not scanned]
             lines.append(f"{type(obj).__name__} held by {holders}")
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     return f"clients alive: {lines}; threads: {threads}"
