@@ -164,8 +164,11 @@ class _Left:
             return not poller.poll(0)  # readable once it exited
         if _owner_of(Path(f"/proc/{self.pid}")) != self.owner:
             return False  # its pid is another process's now
-        stat = _read(f"/proc/{self.pid}/stat")
-        return bool(stat) and stat[stat.rfind(")") + 2 :][:1] not in ("Z", "X")
+        try:
+            state = owners.process_state(self.pid)
+        except PermissionError:
+            return False
+        return state is not None and state[0] not in ("Z", "X")
 
     def close(self) -> None:
         """Let the pidfd go."""

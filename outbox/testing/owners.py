@@ -32,7 +32,7 @@ def this_process() -> str:
     ``/proc``, e.g. macOS: such an owner is never judged gone)."""
     pid = os.getpid()
     where = _where()
-    started = (_state(pid) or ("", ""))[1] if where is not None else ""
+    started = (process_state(pid) or ("", ""))[1] if where is not None else ""
     return f"{where or _UNKNOWN_WHERE}/{pid}/{started}"
 
 
@@ -46,7 +46,7 @@ def gone(owner: str) -> bool:
         return False
     pid, started = int(found.group(2)), found.group(3)
     try:
-        state = _state(pid)
+        state = process_state(pid)
     except PermissionError:  # it exists, and /proc will not say when it started
         return False
     if state is not None:
@@ -86,7 +86,7 @@ def _where() -> str | None:
     return f"{socket.gethostname()}/{namespace}/{clock}/{boot}"
 
 
-def _state(pid: int) -> tuple[str, str] | None:
+def process_state(pid: int) -> tuple[str, str] | None:
     """The process's state code and start time (clock ticks since boot), None when no process
     has ``pid`` (or there is no ``/proc``).
 
