@@ -14,8 +14,8 @@ never delivered. So:
 - a **sharded session** is refused as the transaction opens (:func:`refuse_sharded`): it routes
   every statement, the evidence INSERT included, to a shard of its choosing;
 - a **statement that writes** over any other connection the session begins a transaction on
-  is refused before it runs (a ``before_cursor_execute`` listener on that connection alone,
-  added by the session's ``after_begin`` event and removed when the outbox transaction ends):
+  is refused before it runs (the connection is watched from the session's ``after_begin``
+  event until the outbox transaction ends, :mod:`outbox.statement_watch`):
   Core statements, the ORM's flushes (the COMMIT's own included, before any database commits)
   and statements run by the caller's own session events alike. Reads are fine. A statement
   counts as a read by its first keyword (``SELECT`` without ``INTO``, ``WITH`` without a
@@ -33,14 +33,13 @@ database before any commits, and is left alone.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.ext.horizontal_shard import ShardedSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from outbox import transaction_statements
+from outbox import statement_watch, transaction_statements
 from outbox.database_transaction import commits_each_statement, held_connections
 from outbox.errors import MultipleDatabasesError
 from outbox.evidence import EVIDENCE_INSERT
@@ -134,16 +133,15 @@ def _watch(session: Session, guard: SessionGuard, connection: sa.Connection) -> 
     if commits_each_statement(connection):
         return
     if _is_evidence(session, guard, connection):
-        ends = transaction_statements.watch(guard, connection)
-        guard.watch(connection, lambda: event.remove(connection, "before_cursor_execute", ends))
+        guard.watch(connection, transaction_statements.watch(guard, connection))
         return
 
-    def before(conn: sa.Connection, cursor: Any, statement: str, *args: Any, **kwargs: Any) -> None:
+    def check(statement: str) -> None:
         if writes(statement):
             raise guard.refuse(
                 MultipleDatabasesError(
                     f"transaction {guard.txn_id}: the session was about to write to "
-                    f"{conn.engine.url.render_as_string(hide_password=True)} over a "
+                    f"{connection.engine.url.render_as_string(hide_password=True)} over a "
                     "connection other than the one the outbox's evidence row is in (a second "
                     "database, or a second engine on the same one); the two commit "
                     "separately, so the messages could announce writes that never commit, or "
@@ -155,8 +153,7 @@ def _watch(session: Session, guard: SessionGuard, connection: sa.Connection) -> 
                 )
             )
 
-    event.listen(connection, "before_cursor_execute", before)
-    guard.watch(connection, lambda: event.remove(connection, "before_cursor_execute", before))
+    guard.watch(connection, statement_watch.watch(connection, check))
 
 
 def _is_evidence(session: Session, guard: SessionGuard, connection: sa.Connection) -> bool:

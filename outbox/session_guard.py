@@ -55,9 +55,10 @@ class SessionGuard:
         #: (:mod:`outbox.database_transaction`), or a write to a second database
         #: (:mod:`outbox.other_databases`).
         self._refused: Exception | None = None
-        #: Connections watched for writes (:mod:`outbox.other_databases`), by id, each with
-        #: what stops watching it when the transaction ends.
-        self._watched: dict[int, Callable[[], None]] = {}
+        #: Connections watched (:mod:`outbox.other_databases`), each with what stops watching
+        #: it when the transaction ends; keyed by the connection itself, held until then, so a
+        #: new connection at a closed one's address is not taken for it.
+        self._watched: dict[object, Callable[[], None]] = {}
         #: The session's bind for the evidence INSERT, asked for once (the same module).
         self.evidence_bind: object | None = None
 
@@ -77,16 +78,16 @@ class SessionGuard:
         if self.session.info.get(_KEY) is self:
             del self.session.info[_KEY]
         for stop in self._watched.values():
-            with contextlib.suppress(Exception):  # a listener on a connection already gone
+            with contextlib.suppress(Exception):  # stopping must not hide the transaction's end
                 stop()
         self._watched.clear()
 
     def watching(self, connection: object) -> bool:
-        return id(connection) in self._watched
+        return connection in self._watched
 
     def watch(self, connection: object, stop: Callable[[], None]) -> None:
         """``connection`` is watched until the transaction ends; then ``stop()`` is called."""
-        self._watched[id(connection)] = stop
+        self._watched[connection] = stop
 
     def sent(self) -> None:
         """A half message was sent: the scopes open now must end in the outbox's commit."""

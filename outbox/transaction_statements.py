@@ -10,21 +10,21 @@ so a failure after it wrote a ROLLBACK op for committed work (its messages never
 with what followed, delivering messages for work that was gone.
 
 Such a statement over the evidence row's connection is refused before it runs
-(:class:`~outbox.errors.TransactionStatementError`, a ``before_cursor_execute`` listener added
-by :mod:`outbox.other_databases` with its own), and the transaction rolls back when it ends,
-even if the caller caught the error. ``ROLLBACK TO SAVEPOINT`` and ``RELEASE SAVEPOINT`` (what
-``begin_nested()`` runs) are not refused, nor is a ``BEGIN`` (a no-op warning on PostgreSQL, an
-error on SQLite).
+(:class:`~outbox.errors.TransactionStatementError`; the connection is watched by
+:mod:`outbox.other_databases`, through :mod:`outbox.statement_watch`), and the transaction
+rolls back when it ends, even if the caller caught the error. ``ROLLBACK TO SAVEPOINT`` and
+``RELEASE SAVEPOINT`` (what ``begin_nested()`` runs) are not refused, nor is a ``BEGIN`` (a
+no-op warning on PostgreSQL, an error on SQLite).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
 
 import sqlalchemy as sa
-from sqlalchemy import event
 
+from outbox import statement_watch
 from outbox.errors import TransactionStatementError
 from outbox.session_guard import SessionGuard
 
@@ -52,11 +52,11 @@ def ends_transaction(statement: str) -> bool:
     return first == "PREPARE" and words[1:2] == ["TRANSACTION"]
 
 
-def watch(guard: SessionGuard, connection: sa.Connection) -> Any:
+def watch(guard: SessionGuard, connection: sa.Connection) -> Callable[[], None]:
     """Refuse transaction-ending statements over ``connection`` until the outbox transaction
-    ends; the listener (to remove with the others)."""
+    ends; the function that stops watching it."""
 
-    def before(conn: sa.Connection, cursor: Any, statement: str, *args: Any, **kwargs: Any) -> None:
+    def check(statement: str) -> None:
         if ends_transaction(statement):
             raise guard.refuse(
                 TransactionStatementError(
@@ -71,5 +71,4 @@ def watch(guard: SessionGuard, connection: sa.Connection) -> Any:
                 )
             )
 
-    event.listen(connection, "before_cursor_execute", before)
-    return before
+    return statement_watch.watch(connection, check)

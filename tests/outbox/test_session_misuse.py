@@ -14,9 +14,11 @@ import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
@@ -149,6 +151,34 @@ def end_statement_caught(s: Session, send: Callable[[str], None], ids: list[str]
         s.execute(sa.text("END"))  # swallowed: the transaction must still not commit
 
 
+def commit_statement_on_a_new_connection(s: Session, send: Callable, ids: list[str]) -> None:
+    _insert(s, ids[0])
+    s.rollback()  # no send yet: fine; the session begins again on another connection
+    _insert(s, ids[1])
+    send(ids[1])
+    with contextlib.suppress(TransactionStatementError):
+        s.execute(sa.text("COMMIT"))  # swallowed: still refused on the new connection
+
+
+def _run_it(cursor: Any, statement: str, parameters: Any, context: Any) -> bool:
+    cursor.execute(statement, parameters)
+    return True  # the statement ran here: the dialect's own execute is skipped
+
+
+def commit_statement_past_a_do_execute_listener(s: Session, send: Callable, ids: list[str]) -> None:
+    """The application's own ``do_execute`` listener (tracing, a statement rewriter) runs every
+    statement itself: the COMMIT statement must be refused all the same."""
+    bind = s.get_bind()
+    event.listen(bind, "do_execute", _run_it)
+    try:
+        _insert(s, ids[0])
+        send(ids[0])
+        with contextlib.suppress(TransactionStatementError):
+            s.execute(sa.text("COMMIT"))
+    finally:
+        event.remove(bind, "do_execute", _run_it)
+
+
 #: What each scenario raises (None: it commits), in every form: the asyncio forms'
 #: (:mod:`tests.outbox.test_session_misuse_async`) run the same scenarios to the same ends.
 OUTCOMES: dict[str, type[Exception] | None] = {
@@ -166,6 +196,8 @@ OUTCOMES: dict[str, type[Exception] | None] = {
     "COMMIT statement, then raise": Declined,
     "ROLLBACK statement after send": TransactionStatementError,
     "END statement, error swallowed": TransactionStatementError,
+    "COMMIT statement on a new connection": TransactionStatementError,
+    "COMMIT statement past a do_execute listener": TransactionStatementError,
 }
 
 BODIES = {
@@ -181,6 +213,8 @@ BODIES = {
     "COMMIT statement, then raise": commit_statement_then_raise,
     "ROLLBACK statement after send": rollback_statement_after_send,
     "END statement, error swallowed": end_statement_caught,
+    "COMMIT statement on a new connection": commit_statement_on_a_new_connection,
+    "COMMIT statement past a do_execute listener": commit_statement_past_a_do_execute_listener,
 }
 SCENARIOS = {name: Scenario(BODIES[name], raises) for name, raises in OUTCOMES.items()}
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 import outbox
@@ -149,6 +150,29 @@ async def end_statement_caught(s: AsyncSession, send: Send, ids: list[str]) -> N
     await send(ids[0])
     with contextlib.suppress(TransactionStatementError):
         await s.execute(sa.text("END"))
+
+
+async def commit_statement_on_a_new_connection(s: AsyncSession, send: Send, ids: list[str]) -> None:
+    await _insert(s, ids[0])
+    await s.rollback()  # no send yet: fine; the session begins again on another connection
+    await _insert(s, ids[1])
+    await send(ids[1])
+    with contextlib.suppress(TransactionStatementError):
+        await s.execute(sa.text("COMMIT"))
+
+
+async def commit_statement_past_a_do_execute_listener(
+    s: AsyncSession, send: Send, ids: list[str]
+) -> None:
+    bind = s.get_bind()
+    event.listen(bind, "do_execute", sync_misuse._run_it)
+    try:
+        await _insert(s, ids[0])
+        await send(ids[0])
+        with contextlib.suppress(TransactionStatementError):
+            await s.execute(sa.text("COMMIT"))
+    finally:
+        event.remove(bind, "do_execute", sync_misuse._run_it)
 
 
 #: The synchronous forms' scenarios, each with the same outcome: its body here is the coroutine

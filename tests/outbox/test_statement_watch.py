@@ -1,0 +1,148 @@
+"""Each statement over a watched connection is checked before it runs, on every way SQLAlchemy
+runs one, with no listener on the connection (:mod:`outbox.statement_watch`).
+
+The first tests run the watch on a real SQLite database, without an outbox transaction; the
+last one runs an outbox transaction (real broker, real database) and looks at the connection
+the session used: no event listener of its own, since that listener made every statement take
+SQLAlchemy's event path (docs/benchmarks.md, "A regression since 20261129T073342Z"), and its
+COMMIT statement still refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.orm import sessionmaker
+
+from outbox import OutboxProducer, TransactionStatementError, statement_watch
+from tests.producer_fixtures import evidence_ids, order_ids, orders
+
+
+class Refused(Exception):
+    pass
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'watch.db'}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (a INTEGER)")
+    yield engine
+    engine.dispose()
+
+
+def refuse(seen: list[str], word: str) -> statement_watch.Check:
+    def check(statement: str) -> None:
+        seen.append(statement)
+        if word in statement:
+            raise Refused(statement)
+
+    return check
+
+
+def test_every_way_of_running_a_statement_is_checked(sqlite: sa.Engine) -> None:
+    seen: list[str] = []
+    with sqlite.connect() as conn:
+        stop = statement_watch.watch(conn, refuse(seen, "DELETE"))
+        conn.execute(sa.text("INSERT INTO t VALUES (:a)"), {"a": 1})  # do_execute
+        conn.execute(sa.text("INSERT INTO t VALUES (:a)"), [{"a": 2}, {"a": 3}])  # executemany
+        conn.exec_driver_sql("INSERT INTO t VALUES (4)")
+        conn.execution_options(no_parameters=True).exec_driver_sql("SELECT 1")  # no params
+        with pytest.raises(Refused):
+            conn.execute(sa.text("DELETE FROM t"))
+        assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar_one() == 4  # not run
+        assert statement_watch.watched(conn)
+        stop()
+        assert not statement_watch.watched(conn)
+        conn.execute(sa.text("DELETE FROM t"))  # no longer watched
+    # each statement once (the executemany too), the refused one included, none after the stop
+    assert seen == [
+        "INSERT INTO t VALUES (?)",
+        "INSERT INTO t VALUES (?)",
+        "INSERT INTO t VALUES (4)",
+        "SELECT 1",
+        "DELETE FROM t",
+        "SELECT count(*) FROM t",
+    ]
+
+
+def test_a_connection_not_watched_is_not_checked(sqlite: sa.Engine) -> None:
+    seen: list[str] = []
+    with sqlite.connect() as watched, sqlite.connect() as other:
+        stop = statement_watch.watch(watched, refuse(seen, "DELETE"))
+        try:
+            other.execute(sa.text("DELETE FROM t"))
+        finally:
+            stop()
+    assert seen == []
+
+
+def test_a_stop_leaves_a_later_watch_of_the_same_connection_in_place(sqlite: sa.Engine) -> None:
+    # Given one watch replaced by another on the same connection, the first one's stop (at its
+    # transaction's end, say) must not end the second one's
+    first: list[str] = []
+    second: list[str] = []
+    with sqlite.connect() as conn:
+        stop_first = statement_watch.watch(conn, refuse(first, "DELETE"))
+        stop_second = statement_watch.watch(conn, refuse(second, "DELETE"))
+        stop_first()
+        with pytest.raises(Refused):
+            conn.execute(sa.text("DELETE FROM t"))
+        stop_second()
+    assert (first, len(second)) == ([], 1)
+
+
+def test_a_do_execute_listener_that_runs_the_statement_itself_does_not_skip_the_check(
+    sqlite: sa.Engine,
+) -> None:
+    # An application's own do_execute listener (tracing, a statement rewriter) may run the
+    # statement and return True, which skips the dialect's execute: not the check
+    ran: list[str] = []
+
+    def run_it(cursor: Any, statement: str, parameters: Any, context: Any) -> bool:
+        ran.append(statement)
+        cursor.execute(statement, parameters)
+        return True
+
+    event.listen(sqlite, "do_execute", run_it)
+    seen: list[str] = []
+    with sqlite.connect() as conn:
+        stop = statement_watch.watch(conn, refuse(seen, "DELETE"))
+        try:
+            conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+            with pytest.raises(Refused):
+                conn.execute(sa.text("DELETE FROM t"))
+        finally:
+            stop()
+    assert ran == ["INSERT INTO t VALUES (1)"]
+    assert len(seen) == 2
+
+
+@pytest.mark.integration
+def test_an_outbox_transaction_puts_no_listener_on_its_connection(
+    producer: OutboxProducer, session_factory: sessionmaker, engine: sa.Engine
+) -> None:
+    order_id = f"watch-{uuid.uuid4().hex[:8]}"
+    txn_ids: list[str] = []
+    with pytest.raises(TransactionStatementError), producer.transaction(session_factory) as txn:
+        txn_ids.append(txn.txn_id)
+        assert txn.session is not None
+        txn.session.execute(orders.insert().values(id=order_id, amount=1))
+        txn.send("orders", order_id, key=order_id)
+        conn = txn.session.connection()
+        # Then the connection has no listener of its own: its statements do not take
+        # SQLAlchemy's per-statement event path
+        assert not conn.dispatch.before_cursor_execute
+        assert not conn.dispatch.after_cursor_execute
+        assert statement_watch.watched(conn)
+        # and its COMMIT statement is refused all the same
+        txn.session.execute(sa.text("COMMIT"))
+    assert not statement_watch.watched(conn)  # the watch ended with the transaction
+    assert order_id not in order_ids(engine)
+    assert txn_ids[0] not in evidence_ids(engine)
