@@ -16,12 +16,17 @@ floor's rate at 16 threads on PostgreSQL (docs/benchmarks.md, "A regression sinc
 20261129T073342Z"). A dialect's ``do_execute`` events are one loop over the listeners, just
 before the statement goes to the driver.
 
-The listeners are class-level, so they are the first ``do_execute`` listeners of every engine,
-before any the application adds to its own (``event.listen(engine, "do_execute", ...)``): a
-listener of the application's that runs the statement itself and returns True, which skips the
-dialect's execute, cannot skip the check too. The connections are keyed by the Connection
-object, held until the watch stops: a Connection closed without its watch stopping cannot hand
-its entry to a new one at the same address.
+The listeners are class-level, so they run before any an application adds to its engine
+(``event.listen(engine, "do_execute", ...)``): a listener of the application's that runs the
+statement itself and returns True, which skips the dialect's execute, cannot skip the check too.
+A class-level listener registered before this module was imported would run before them; where
+one does, a connection is watched by a ``before_cursor_execute`` listener of its own as well,
+the slower way that runs first whatever else listens (:func:`_first`). The connections are keyed
+by the Connection object, held until the watch stops (when the outbox transaction ends, its
+``finally`` run even by a left scope's finalisation): a Connection closed without its watch
+stopping cannot hand its entry to a new one at the same address. (One difference a user may
+see: SQLAlchemy's ``echo`` logs a statement before its ``do_execute`` listeners run, so a
+refused statement is logged, then refused.)
 """
 
 from __future__ import annotations
@@ -37,20 +42,27 @@ from sqlalchemy.engine.interfaces import Dialect
 #: refuse the statement.
 Check = Callable[[str], None]
 
-#: The watched connections, each with its check: one lookup per statement, only when some
-#: outbox transaction watches a connection.
-_checks: dict[sa.Connection, Check] = {}
+#: The watched connections, each with its checks (a connection two watches share runs both):
+#: one lookup per statement, only when some outbox transaction watches a connection.
+_checks: dict[sa.Connection, tuple[Check, ...]] = {}
+#: Whether this module's listeners come first on a dialect class (see :func:`_first`).
+_leads: dict[type, bool] = {}
 
 
 def watch(connection: sa.Connection, check: Check) -> Callable[[], None]:
     """Call ``check(statement)`` before each statement over ``connection`` runs, until the
-    function returned is called. A later watch of the same connection replaces this one, and
-    this one's stop then leaves it in place."""
-    _checks[connection] = check
+    function returned is called (it stops this watch only, not another of the connection)."""
+    _checks[connection] = (*_checks.get(connection, ()), check)
+    unlisten = None if _first(connection.dialect) else _listen(connection, check)
 
     def stop() -> None:
-        if _checks.get(connection) is check:
-            del _checks[connection]
+        checks = tuple(c for c in _checks.get(connection, ()) if c is not check)
+        if checks:
+            _checks[connection] = checks
+        else:
+            _checks.pop(connection, None)
+        if unlisten is not None:
+            unlisten()
 
     return stop
 
@@ -60,27 +72,57 @@ def watched(connection: sa.Connection) -> bool:
     return connection in _checks
 
 
-def _check(context: Any, statement: str) -> None:
-    # context is None only on a few of SQLAlchemy's own executions (sequences and defaults,
-    # never a transaction's end), which name no connection
-    check = _checks.get(context.root_connection) if context is not None else None
-    if check is not None:
+def _first(dialect: Dialect) -> bool:
+    """Whether this module's listeners run first for ``dialect``. A class-level listener some
+    library registered on ``Dialect`` (or a dialect class) before this module was imported runs
+    before them (SQLAlchemy appends class-level dialect listeners, ``insert=True`` or not); if
+    it ran the statement itself and returned True, the check would never run."""
+    if not dialect._has_events:  # a dialect that turned SQLAlchemy's events off for itself
+        return False
+    leads = _leads.get(type(dialect))
+    if leads is None:
+        dispatch = dialect.dispatch
+        leads = _leads[type(dialect)] = (
+            next(iter(dispatch.do_execute), None) is _do_execute
+            and next(iter(dispatch.do_execute_no_params), None) is _do_execute_no_params
+            and next(iter(dispatch.do_executemany), None) is _do_executemany
+        )
+    return leads
+
+
+def _listen(connection: sa.Connection, check: Check) -> Callable[[], None]:
+    """Where this module's listeners might not run: a ``before_cursor_execute`` listener on the
+    connection too, which runs before any ``do_execute`` one (and costs each of its statements
+    SQLAlchemy's event path); what stops it."""
+
+    def before(conn: sa.Connection, cursor: Any, statement: str, *args: Any, **kw: Any) -> None:
         check(statement)
 
+    event.listen(connection, "before_cursor_execute", before)
+    return lambda: event.remove(connection, "before_cursor_execute", before)
 
-@event.listens_for(Dialect, "do_execute", insert=True)
+
+# The listeners: SQLAlchemy passes the execution context on every path that runs a statement
+# (single, executemany, no parameters, each insertmanyvalues batch, its own default and
+# sequence executions); a None would name no connection.
+
+
+@event.listens_for(Dialect, "do_execute")
 def _do_execute(cursor: Any, statement: str, parameters: Any, context: Any) -> None:
-    if _checks:
-        _check(context, statement)
+    if _checks and context is not None:
+        for check in _checks.get(context.root_connection, ()):
+            check(statement)
 
 
-@event.listens_for(Dialect, "do_execute_no_params", insert=True)
+@event.listens_for(Dialect, "do_execute_no_params")
 def _do_execute_no_params(cursor: Any, statement: str, context: Any) -> None:
-    if _checks:
-        _check(context, statement)
+    if _checks and context is not None:
+        for check in _checks.get(context.root_connection, ()):
+            check(statement)
 
 
-@event.listens_for(Dialect, "do_executemany", insert=True)
+@event.listens_for(Dialect, "do_executemany")
 def _do_executemany(cursor: Any, statement: str, parameters: Any, context: Any) -> None:
-    if _checks:
-        _check(context, statement)
+    if _checks and context is not None:
+        for check in _checks.get(context.root_connection, ()):
+            check(statement)

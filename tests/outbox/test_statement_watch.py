@@ -10,6 +10,8 @@ COMMIT statement still refused.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,10 +55,13 @@ def test_every_way_of_running_a_statement_is_checked(sqlite: sa.Engine) -> None:
         conn.execute(sa.text("INSERT INTO t VALUES (:a)"), {"a": 1})  # do_execute
         conn.execute(sa.text("INSERT INTO t VALUES (:a)"), [{"a": 2}, {"a": 3}])  # executemany
         conn.exec_driver_sql("INSERT INTO t VALUES (4)")
+        table = sa.table("t", sa.column("a"))  # insertmanyvalues: batches of one INSERT each
+        inserted = conn.execute(table.insert().returning(table.c.a), [{"a": 5}, {"a": 6}])
+        assert sorted(inserted.scalars()) == [5, 6]
         conn.execution_options(no_parameters=True).exec_driver_sql("SELECT 1")  # no params
         with pytest.raises(Refused):
             conn.execute(sa.text("DELETE FROM t"))
-        assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar_one() == 4  # not run
+        assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar_one() == 6  # not run
         assert statement_watch.watched(conn)
         stop()
         assert not statement_watch.watched(conn)
@@ -66,6 +71,7 @@ def test_every_way_of_running_a_statement_is_checked(sqlite: sa.Engine) -> None:
         "INSERT INTO t VALUES (?)",
         "INSERT INTO t VALUES (?)",
         "INSERT INTO t VALUES (4)",
+        "INSERT INTO t (a) VALUES (?), (?) RETURNING a",
         "SELECT 1",
         "DELETE FROM t",
         "SELECT count(*) FROM t",
@@ -83,19 +89,22 @@ def test_a_connection_not_watched_is_not_checked(sqlite: sa.Engine) -> None:
     assert seen == []
 
 
-def test_a_stop_leaves_a_later_watch_of_the_same_connection_in_place(sqlite: sa.Engine) -> None:
-    # Given one watch replaced by another on the same connection, the first one's stop (at its
-    # transaction's end, say) must not end the second one's
+def test_two_watches_of_one_connection_both_check_until_each_stops(sqlite: sa.Engine) -> None:
     first: list[str] = []
     second: list[str] = []
     with sqlite.connect() as conn:
         stop_first = statement_watch.watch(conn, refuse(first, "DELETE"))
-        stop_second = statement_watch.watch(conn, refuse(second, "DELETE"))
-        stop_first()
+        stop_second = statement_watch.watch(conn, refuse(second, "UPDATE"))
+        conn.execute(sa.text("SELECT 1"))
+        stop_first()  # the first one's stop (its transaction's end) leaves the second one
+        conn.execute(sa.text("DELETE FROM t"))
         with pytest.raises(Refused):
-            conn.execute(sa.text("DELETE FROM t"))
+            conn.execute(sa.text("UPDATE t SET a = 1"))
         stop_second()
-    assert (first, len(second)) == ([], 1)
+        conn.execute(sa.text("UPDATE t SET a = 1"))
+        assert not statement_watch.watched(conn)
+    assert first == ["SELECT 1"]
+    assert second == ["SELECT 1", "DELETE FROM t", "UPDATE t SET a = 1"]
 
 
 def test_a_do_execute_listener_that_runs_the_statement_itself_does_not_skip_the_check(
@@ -124,6 +133,48 @@ def test_a_do_execute_listener_that_runs_the_statement_itself_does_not_skip_the_
     assert len(seen) == 2
 
 
+def test_a_class_level_listener_registered_first_does_not_skip_the_check(tmp_path: Path) -> None:
+    # A library that registers a class-level do_execute listener on Dialect before the outbox
+    # is imported comes first (SQLAlchemy appends them); one that runs the statement itself
+    # and returns True would skip the check, so the watch takes the slower listener path
+    script = f"""
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine.interfaces import Dialect
+
+@event.listens_for(Dialect, "do_execute")
+def run_it(cursor, statement, parameters, context):
+    cursor.execute(statement, parameters)
+    return True
+
+from outbox import statement_watch
+
+class Refused(Exception):
+    pass
+
+def check(statement):
+    if statement.startswith("DELETE"):
+        raise Refused(statement)
+
+engine = sa.create_engine("sqlite:///{tmp_path / "first.db"}")
+with engine.connect() as conn:
+    conn.exec_driver_sql("CREATE TABLE t (a INTEGER)")
+    conn.execute(sa.text("INSERT INTO t VALUES (1)"))
+    stop = statement_watch.watch(conn, check)
+    try:
+        conn.execute(sa.text("DELETE FROM t"))
+    except Refused:
+        print("refused", conn.execute(sa.text("SELECT count(*) FROM t")).scalar_one())
+    stop()
+    conn.execute(sa.text("DELETE FROM t"))
+    print("after the stop", conn.execute(sa.text("SELECT count(*) FROM t")).scalar_one())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout.split("\n")) == (0, ["refused 1", "after the stop 0", ""])
+
+
 @pytest.mark.integration
 def test_an_outbox_transaction_puts_no_listener_on_its_connection(
     producer: OutboxProducer, session_factory: sessionmaker, engine: sa.Engine
@@ -137,9 +188,9 @@ def test_an_outbox_transaction_puts_no_listener_on_its_connection(
         txn.send("orders", order_id, key=order_id)
         conn = txn.session.connection()
         # Then the connection has no listener of its own: its statements do not take
-        # SQLAlchemy's per-statement event path
+        # SQLAlchemy's per-statement event path (which its _has_events turns on)
+        assert not conn._has_events
         assert not conn.dispatch.before_cursor_execute
-        assert not conn.dispatch.after_cursor_execute
         assert statement_watch.watched(conn)
         # and its COMMIT statement is refused all the same
         txn.session.execute(sa.text("COMMIT"))
