@@ -26,11 +26,16 @@ by the Connection object, held until the watch stops (when the outbox transactio
 ``finally`` run even by a left scope's finalisation): a Connection closed without its watch
 stopping cannot hand its entry to a new one at the same address. (One difference a user may
 see: SQLAlchemy's ``echo`` logs a statement before its ``do_execute`` listeners run, so a
-refused statement is logged, then refused.)
+refused statement is logged, then refused.) And since every dialect has a listener, every
+statement of the process loops over the class's ``do_execute`` listeners (about 2 us on a slow
+hour, docs/benchmarks.md): a dialect listener registered while other threads run statements
+can meet SQLAlchemy's "deque mutated during iteration"; register them at start-up, as the outbox
+does at import.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -45,22 +50,26 @@ Check = Callable[[str], None]
 #: The watched connections, each with its checks (a connection two watches share runs both):
 #: one lookup per statement, only when some outbox transaction watches a connection.
 _checks: dict[sa.Connection, tuple[Check, ...]] = {}
-#: Whether this module's listeners come first on a dialect class (see :func:`_first`).
-_leads: dict[type, bool] = {}
+#: Serialises the changes to :data:`_checks` (once per transaction, never per statement).
+_changing = threading.Lock()
 
 
 def watch(connection: sa.Connection, check: Check) -> Callable[[], None]:
     """Call ``check(statement)`` before each statement over ``connection`` runs, until the
     function returned is called (it stops this watch only, not another of the connection)."""
-    _checks[connection] = (*_checks.get(connection, ()), check)
+    with _changing:
+        _checks[connection] = (*_checks.get(connection, ()), check)
     unlisten = None if _first(connection.dialect) else _listen(connection, check)
 
     def stop() -> None:
-        checks = tuple(c for c in _checks.get(connection, ()) if c is not check)
-        if checks:
-            _checks[connection] = checks
-        else:
-            _checks.pop(connection, None)
+        with _changing:
+            checks = list(_checks.get(connection, ()))
+            if check in checks:
+                checks.remove(check)  # this watch's own, once
+            if checks:
+                _checks[connection] = tuple(checks)
+            else:
+                _checks.pop(connection, None)
         if unlisten is not None:
             unlisten()
 
@@ -75,19 +84,18 @@ def watched(connection: sa.Connection) -> bool:
 def _first(dialect: Dialect) -> bool:
     """Whether this module's listeners run first for ``dialect``. A class-level listener some
     library registered on ``Dialect`` (or a dialect class) before this module was imported runs
-    before them (SQLAlchemy appends class-level dialect listeners, ``insert=True`` or not); if
-    it ran the statement itself and returned True, the check would never run."""
+    before them (SQLAlchemy 2.1 appends class-level dialect listeners, ``insert=True`` or not);
+    if it ran the statement itself and returned True, the check would never run. Asked at each
+    watch (a microsecond), not cached, so a SQLAlchemy that honours ``insert=True`` some day
+    cannot leave a stale answer."""
     if not dialect._has_events:  # a dialect that turned SQLAlchemy's events off for itself
         return False
-    leads = _leads.get(type(dialect))
-    if leads is None:
-        dispatch = dialect.dispatch
-        leads = _leads[type(dialect)] = (
-            next(iter(dispatch.do_execute), None) is _do_execute
-            and next(iter(dispatch.do_execute_no_params), None) is _do_execute_no_params
-            and next(iter(dispatch.do_executemany), None) is _do_executemany
-        )
-    return leads
+    dispatch = dialect.dispatch
+    return (
+        next(iter(dispatch.do_execute), None) is _do_execute
+        and next(iter(dispatch.do_execute_no_params), None) is _do_execute_no_params
+        and next(iter(dispatch.do_executemany), None) is _do_executemany
+    )
 
 
 def _listen(connection: sa.Connection, check: Check) -> Callable[[], None]:

@@ -55,14 +55,17 @@ def test_every_way_of_running_a_statement_is_checked(sqlite: sa.Engine) -> None:
         conn.execute(sa.text("INSERT INTO t VALUES (:a)"), {"a": 1})  # do_execute
         conn.execute(sa.text("INSERT INTO t VALUES (:a)"), [{"a": 2}, {"a": 3}])  # executemany
         conn.exec_driver_sql("INSERT INTO t VALUES (4)")
-        table = sa.table("t", sa.column("a"))  # insertmanyvalues: batches of one INSERT each
-        inserted = conn.execute(table.insert().returning(table.c.a), [{"a": 5}, {"a": 6}])
+        table = sa.table("t", sa.column("a"))  # insertmanyvalues: here two batches of one row
+        inserted = conn.execution_options(insertmanyvalues_page_size=1).execute(
+            table.insert().returning(table.c.a), [{"a": 5}, {"a": 6}]
+        )
         assert sorted(inserted.scalars()) == [5, 6]
         conn.execution_options(no_parameters=True).exec_driver_sql("SELECT 1")  # no params
         with pytest.raises(Refused):
             conn.execute(sa.text("DELETE FROM t"))
         assert conn.execute(sa.text("SELECT count(*) FROM t")).scalar_one() == 6  # not run
         assert statement_watch.watched(conn)
+        assert not conn._has_events  # no listener of its own: not SQLAlchemy's event path
         stop()
         assert not statement_watch.watched(conn)
         conn.execute(sa.text("DELETE FROM t"))  # no longer watched
@@ -71,7 +74,8 @@ def test_every_way_of_running_a_statement_is_checked(sqlite: sa.Engine) -> None:
         "INSERT INTO t VALUES (?)",
         "INSERT INTO t VALUES (?)",
         "INSERT INTO t VALUES (4)",
-        "INSERT INTO t (a) VALUES (?), (?) RETURNING a",
+        "INSERT INTO t (a) VALUES (?) RETURNING a",
+        "INSERT INTO t (a) VALUES (?) RETURNING a",
         "SELECT 1",
         "DELETE FROM t",
         "SELECT count(*) FROM t",
@@ -89,22 +93,42 @@ def test_a_connection_not_watched_is_not_checked(sqlite: sa.Engine) -> None:
     assert seen == []
 
 
-def test_two_watches_of_one_connection_both_check_until_each_stops(sqlite: sa.Engine) -> None:
+@pytest.mark.parametrize("first_stops_first", [True, False], ids=["in order", "reversed"])
+def test_two_watches_of_one_connection_both_check_until_each_stops(
+    sqlite: sa.Engine, first_stops_first: bool
+) -> None:
     first: list[str] = []
     second: list[str] = []
     with sqlite.connect() as conn:
-        stop_first = statement_watch.watch(conn, refuse(first, "DELETE"))
-        stop_second = statement_watch.watch(conn, refuse(second, "UPDATE"))
+        stops = [
+            statement_watch.watch(conn, refuse(first, "DELETE")),
+            statement_watch.watch(conn, refuse(second, "UPDATE")),
+        ]
         conn.execute(sa.text("SELECT 1"))
-        stop_first()  # the first one's stop (its transaction's end) leaves the second one
-        conn.execute(sa.text("DELETE FROM t"))
+        stopped, staying = (stops, second) if first_stops_first else (stops[::-1], first)
+        stopped[0]()  # one watch's stop (its transaction's end) leaves the other one
         with pytest.raises(Refused):
-            conn.execute(sa.text("UPDATE t SET a = 1"))
-        stop_second()
+            conn.execute(sa.text("UPDATE t SET a = 1" if first_stops_first else "DELETE FROM t"))
+        conn.execute(sa.text("DELETE FROM t" if first_stops_first else "UPDATE t SET a = 1"))
+        stopped[1]()
         conn.execute(sa.text("UPDATE t SET a = 1"))
+        conn.execute(sa.text("DELETE FROM t"))
         assert not statement_watch.watched(conn)
-    assert first == ["SELECT 1"]
-    assert second == ["SELECT 1", "DELETE FROM t", "UPDATE t SET a = 1"]
+    assert len(staying) == 3, staying  # SELECT 1, the refused one, the other one
+    assert len(first) + len(second) == 4
+
+
+def test_the_same_check_watched_twice_is_stopped_once_per_stop(sqlite: sa.Engine) -> None:
+    seen: list[str] = []
+    check = refuse(seen, "DELETE")
+    with sqlite.connect() as conn:
+        stop_one = statement_watch.watch(conn, check)
+        stop_two = statement_watch.watch(conn, check)
+        stop_one()
+        with pytest.raises(Refused):
+            conn.execute(sa.text("DELETE FROM t"))
+        stop_two()
+        assert not statement_watch.watched(conn)
 
 
 def test_a_do_execute_listener_that_runs_the_statement_itself_does_not_skip_the_check(
@@ -133,22 +157,42 @@ def test_a_do_execute_listener_that_runs_the_statement_itself_does_not_skip_the_
     assert len(seen) == 2
 
 
-def test_a_class_level_listener_registered_first_does_not_skip_the_check(tmp_path: Path) -> None:
-    # A library that registers a class-level do_execute listener on Dialect before the outbox
-    # is imported comes first (SQLAlchemy appends them); one that runs the statement itself
-    # and returns True would skip the check, so the watch takes the slower listener path
-    script = f"""
-import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy.engine.interfaces import Dialect
-
+RUN_IT_FIRST = """
 @event.listens_for(Dialect, "do_execute")
 def run_it(cursor, statement, parameters, context):
     cursor.execute(statement, parameters)
     return True
 
 from outbox import statement_watch
+"""
+RUN_IT_AFTER = """
+from outbox import statement_watch
 
+@event.listens_for(Dialect, "do_execute", insert=True)
+def run_it(cursor, statement, parameters, context):
+    cursor.execute(statement, parameters)
+    return True
+"""
+
+
+@pytest.mark.parametrize(
+    ("registered", "by_listener"),
+    [(RUN_IT_FIRST, True), (RUN_IT_AFTER, False)],
+    ids=["before the outbox", "after it, insert=True"],
+)
+def test_a_class_level_listener_that_runs_the_statement_does_not_skip_the_check(
+    tmp_path: Path, registered: str, by_listener: bool
+) -> None:
+    """A library that registers a class-level ``do_execute`` listener on ``Dialect`` before the
+    outbox is imported comes first (SQLAlchemy appends them); one that runs the statement itself
+    and returns True would skip the check, so the watch takes the slower listener path there.
+    Registered after the outbox, even with ``insert=True``, it comes after the check (if a
+    SQLAlchemy upgrade changes that, this fails rather than the check being skipped)."""
+    script = f"""
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine.interfaces import Dialect
+{registered}
 class Refused(Exception):
     pass
 
@@ -161,6 +205,7 @@ with engine.connect() as conn:
     conn.exec_driver_sql("CREATE TABLE t (a INTEGER)")
     conn.execute(sa.text("INSERT INTO t VALUES (1)"))
     stop = statement_watch.watch(conn, check)
+    print("by a listener", conn._has_events)
     try:
         conn.execute(sa.text("DELETE FROM t"))
     except Refused:
@@ -172,7 +217,10 @@ with engine.connect() as conn:
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
-    assert (done.returncode, done.stdout.split("\n")) == (0, ["refused 1", "after the stop 0", ""])
+    assert (done.returncode, done.stdout.split("\n")) == (
+        0,
+        [f"by a listener {by_listener}", "refused 1", "after the stop 0", ""],
+    ), done.stderr
 
 
 @pytest.mark.integration
