@@ -160,8 +160,8 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
             if takes_session and given is None:
                 args = _inject(args, kwargs, position, txn.session, positional_only=positional_only)  # type: ignore[assignment]
             result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                _discard(result)
+            if result is not None and inspect.isawaitable(result):  # None: the common case,
+                _discard(result)  # which would cost isawaitable's ABC check
                 raise WrongFormError(_deferred_message(fn, "returned an awaitable"))
             return result
 

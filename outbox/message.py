@@ -106,6 +106,8 @@ def validate_topic(topic: object, names: TopicNames) -> str:
         InvalidTopicError: not a legal Kafka topic name.
         InternalTopicError: under the outbox's internal prefix.
     """
+    if type(topic) is str and (topic, names.prefix) in _valid_topics:
+        return topic  # every send names a topic, most of them the same few
     if not isinstance(topic, str):
         raise InvalidTopicError(f"topic must be a str, got {type(topic).__name__}: {topic!r}")
     if topic in ("", ".", ".."):
@@ -125,7 +127,15 @@ def validate_topic(topic: object, names: TopicNames) -> str:
             f"topic {topic!r} is under the outbox's internal prefix {names.prefix!r}; "
             "send to your real topic - the outbox routes it through its internal topics itself"
         )
+    if len(_valid_topics) >= MAX_VALID_TOPICS:
+        _valid_topics.clear()  # bounded: a service that names topics by tenant starts over
+    _valid_topics.add((topic, names.prefix))
     return topic
+
+
+#: How many (topic, internal prefix) pairs :func:`validate_topic` remembers as valid.
+MAX_VALID_TOPICS = 1024
+_valid_topics: set[tuple[str, str]] = set()
 
 
 def to_headers(headers: Headers | HeaderList | None) -> tuple[tuple[str, bytes], ...]:

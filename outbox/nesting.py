@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar, Token
 from typing import Any, TypeVar
@@ -58,13 +59,22 @@ def resolved(session: Any) -> Any:
     """
     if isinstance(session, scoped_session):
         return session()
-    try:
-        from sqlalchemy.ext.asyncio import async_scoped_session
-    except ImportError:  # pragma: no cover - as in is_async_session
-        return session
-    if isinstance(session, async_scoped_session):
+    types = _asyncio_types()
+    if types and isinstance(session, types[2]):
         return session()
     return session
+
+
+@functools.cache
+def _asyncio_types() -> tuple[Any, ...]:
+    """``(AsyncSession, async_sessionmaker, async_scoped_session)``, or ``()`` where they do not
+    import. Looked up once: an import statement costs every transaction ~1 us even when the
+    module is loaded."""
+    try:
+        from sqlalchemy.ext.asyncio import AsyncSession, async_scoped_session, async_sessionmaker
+    except ImportError:  # pragma: no cover - SQLAlchemy always ships it; greenlet may not be
+        return ()
+    return (AsyncSession, async_sessionmaker, async_scoped_session)
 
 
 @contextlib.contextmanager
@@ -85,11 +95,8 @@ def outside() -> Iterator[None]:
 
 def is_async_session(session: object) -> bool:
     """An ``AsyncSession``, or a factory known to make them (``async_sessionmaker``)."""
-    try:
-        from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-    except ImportError:  # pragma: no cover - SQLAlchemy always ships it; greenlet may not be
-        return False
-    return isinstance(session, AsyncSession | async_sessionmaker)
+    types = _asyncio_types()
+    return bool(types) and isinstance(session, types[:2])
 
 
 def is_sync_session(session: object) -> bool:

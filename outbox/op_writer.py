@@ -63,12 +63,11 @@ class OpWriter:
         if self._closed.is_set():
             return self._failed(op, "producer closed")
         key, value = encode_op(op)
+        if not self.settings.wait_for_op:
+            return self._produce(op, key, value, None)
         waiter = Waiter(1)
-        wait = self.settings.wait_for_op
-        if not self._produce(op, key, value, waiter if wait else None):
+        if not self._produce(op, key, value, waiter):
             return False
-        if not wait:
-            return True
         if not waiter.done.wait(self.settings.op_timeout_s):
             return self._failed(op, f"no acknowledgement within {self.settings.op_timeout_s} s")
         return self._outcome(op, waiter)

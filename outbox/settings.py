@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -217,8 +218,9 @@ class OutboxSettings:
                 f"{variable('check_previous_secret')} to the one it replaces"
             )
 
-    @property
+    @functools.cached_property
     def topics(self) -> TopicNames:
+        """The internal topics' names (made once: each send and op asks)."""
         return TopicNames(self.topic_prefix)
 
     @property

@@ -19,6 +19,7 @@ no-op warning on PostgreSQL, an error on SQLite).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 
@@ -35,11 +36,25 @@ LEADING = r"(?:\s|\(|--[^\n]*\n|#[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)*+"
 #: The first keyword and up to two more.
 _WORDS = re.compile(LEADING + r"([A-Za-z]+)(?:\s+([A-Za-z]+))?(?:\s+([A-Za-z]+))?")
 _ENDS = frozenset(["COMMIT", "END", "ABORT"])
+#: Statements at most this long have their answer remembered (:func:`ends_transaction`).
+CACHED_LENGTH = 2048
 
 
 def ends_transaction(statement: str) -> bool:
     """Whether ``statement`` commits, rolls back or prepares the transaction it runs in (not a
-    savepoint's ``ROLLBACK TO``)."""
+    savepoint's ``ROLLBACK TO``).
+
+    Every statement of an outbox transaction's connection is asked, and most are the same few
+    texts again (SQLAlchemy caches its compiled SQL): their answers are remembered, which
+    costs a dictionary lookup instead of a regular expression. Only short texts are, so the
+    memory this holds stays bounded (``CACHED_LENGTH`` x 1,024 entries at most).
+    """
+    if len(statement) <= CACHED_LENGTH:
+        return _ends_cached(statement)
+    return _ends(statement)
+
+
+def _ends(statement: str) -> bool:
     found = _WORDS.match(statement)
     if found is None:
         return False
@@ -50,6 +65,9 @@ def ends_transaction(statement: str) -> bool:
     if first == "ROLLBACK":  # ROLLBACK [WORK | TRANSACTION] [TO [SAVEPOINT] name]
         return "TO" not in words[1:]
     return first == "PREPARE" and words[1:2] == ["TRANSACTION"]
+
+
+_ends_cached = functools.lru_cache(maxsize=1024)(_ends)
 
 
 def watch(guard: SessionGuard, connection: sa.Connection) -> Callable[[], None]:

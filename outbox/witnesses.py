@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import weakref
 from collections import OrderedDict
 
 import sqlalchemy as sa
@@ -69,7 +70,18 @@ def database_of(session: Session) -> str:
     """The URL (password hidden) of the database the session writes evidence rows to."""
     bind = session.get_bind(clause=EVIDENCE_INSERT)
     engine = bind.engine if isinstance(bind, sa.Connection) else bind
-    return engine.url.render_as_string(hide_password=True)
+    url = engine.url
+    # Rendering a URL costs ~5 us (its parts quoted again); each COMMIT asks, so each engine's
+    # rendering is kept beside the URL object it came from, and made again if that changed.
+    kept = _rendered.get(engine)
+    if kept is None or kept[0] is not url:
+        kept = (url, url.render_as_string(hide_password=True))
+        _rendered[engine] = kept
+    return kept[1]
+
+
+#: Engine -> (its URL, that URL rendered with the password hidden): :func:`database_of`.
+_rendered: weakref.WeakKeyDictionary[sa.Engine, tuple[sa.URL, str]] = weakref.WeakKeyDictionary()
 
 
 def witness_commit(witnesses: CommitWitnesses, session: Session, txn_id: str) -> None:

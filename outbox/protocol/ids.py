@@ -19,7 +19,9 @@ def new_transaction_id() -> str:
     value |= ((rand >> 62) & 0xFFF) << 64  # rand_a, 12 bits
     value |= 0b10 << 62  # RFC 4122 variant
     value |= rand & ((1 << 62) - 1)  # rand_b, 62 bits
-    return str(uuid.UUID(int=value))
+    # str(uuid.UUID(int=value)) spelled out: a third of its cost, on every transaction
+    h = f"{value:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 _CANONICAL = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

@@ -7,6 +7,10 @@ so every transaction on one key meets the same relay in the order of its COMMIT 
 
 from __future__ import annotations
 
+import struct
+
+_WORDS = struct.Struct("<I")
+
 
 def murmur2(data: bytes) -> int:
     """Kafka's murmur2 (``org.apache.kafka.common.utils.Utils.murmur2``), as a signed 32-bit int."""
@@ -15,8 +19,8 @@ def murmur2(data: bytes) -> int:
     m = 0x5BD1E995
     r = 24
     h = (seed ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
+    # the 4-byte little-endian words unpacked in one call, not sliced and converted one by one
+    for (k,) in _WORDS.iter_unpack(data[: length - length % 4]):
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> r
         k = (k * m) & 0xFFFFFFFF

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import FrozenInstanceError, fields
 
@@ -29,6 +31,7 @@ from outbox.protocol import (
 from outbox.protocol.copies import copy_headers
 from outbox.protocol.dead_letter import MAX_REASON_CHARS, DeadLetterHeader, dead_letter_headers
 from outbox.protocol.headers import Header
+from outbox.protocol.partitioning import murmur2, partition_for
 
 TXN = new_transaction_id()
 
@@ -187,6 +190,37 @@ def test_transaction_ids_must_be_canonical_lowercase_uuids() -> None:
         validate_transaction_id(TXN.upper())
     with pytest.raises(ProtocolError, match="must be a UUID string"):
         validate_transaction_id(42)
+
+
+def test_new_transaction_ids_are_canonical_uuid7_in_creation_order() -> None:
+    before = time.time_ns() // 1_000_000
+    ids = [new_transaction_id() for _ in range(2_000)]
+    after = time.time_ns() // 1_000_000
+    for txn_id in ids:
+        parsed = uuid.UUID(txn_id)
+        assert str(parsed) == validate_transaction_id(txn_id) == txn_id
+        assert parsed.version == 7 and parsed.variant == uuid.RFC_4122
+        assert before <= parsed.int >> 80 <= after
+    assert len(set(ids)) == len(ids)
+    assert [i[:13] for i in ids] == sorted(i[:13] for i in ids)  # the milliseconds lead
+
+
+#: Kafka's own vectors (``org.apache.kafka.common.utils.UtilsTest.testMurmur2``): a half record's
+#: partition must be the one the Java client's default partitioner picks for its key.
+JAVA_MURMUR2 = {
+    b"21": -973932308,
+    b"foobar": -790332482,
+    b"a-little-bit-long-string": -985981536,
+    b"a-little-bit-longer-string": -1486304829,
+    b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971,
+    b"abc": 479470107,
+}
+
+
+@pytest.mark.parametrize(("key", "expected"), JAVA_MURMUR2.items())
+def test_murmur2_is_the_java_clients(key: bytes, expected: int) -> None:
+    assert murmur2(key) == expected
+    assert partition_for(key, 12) == (expected & 0x7FFFFFFF) % 12
 
 
 def test_an_op_record_round_trips_and_a_bad_one_is_refused() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from outbox.transaction_statements import ends_transaction
+from outbox.transaction_statements import CACHED_LENGTH, ends_transaction
 
 ENDS = [
     "COMMIT",
@@ -47,3 +47,13 @@ def test_statements_that_end_the_transaction(statement: str) -> None:
 @pytest.mark.parametrize("statement", GOES_THROUGH)
 def test_statements_that_do_not(statement: str) -> None:
     assert not ends_transaction(statement)
+
+
+def test_a_remembered_answer_is_the_answer_and_long_texts_are_read_each_time() -> None:
+    for statement in ENDS + GOES_THROUGH:  # asked twice: the second answer is remembered
+        assert ends_transaction(statement) == ends_transaction(statement) == (statement in ENDS)
+    comment = "/*" + "x" * CACHED_LENGTH + "*/ "
+    assert ends_transaction(comment + "COMMIT")
+    assert not ends_transaction(comment + "SELECT 1")
+    select = "SELECT " + ", ".join(["1"] * CACHED_LENGTH)
+    assert len(select) > CACHED_LENGTH and not ends_transaction(select)

@@ -35,6 +35,18 @@ def test_a_witness_names_the_database_without_its_password() -> None:
     assert witnesses.latest() == {"postgresql+psycopg://app:***@db.example:5432/orders": "t1"}
 
 
+def test_a_witness_follows_an_engine_whose_url_is_replaced() -> None:
+    witnesses = CommitWitnesses()
+    engine = sa.create_engine("postgresql+psycopg://app:s3cret@db.example:5432/orders")
+    witness_commit(witnesses, Session(engine), "t1")
+    engine.url = sa.make_url("postgresql+psycopg://app:other@db2.example:5432/orders")
+    witness_commit(witnesses, Session(engine), "t2")  # not the first URL's rendering again
+    assert witnesses.latest() == {
+        "postgresql+psycopg://app:***@db.example:5432/orders": "t1",
+        "postgresql+psycopg://app:***@db2.example:5432/orders": "t2",
+    }
+
+
 def test_a_session_that_cannot_name_its_database_costs_the_witness_not_the_commit(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
