@@ -73,7 +73,10 @@ def database_of(session: Session) -> str:
     url = engine.url
     # Rendering a URL costs ~5 us (its parts quoted again); each COMMIT asks, so each engine's
     # rendering is kept beside the URL object it came from, and made again if that changed.
-    kept = _rendered.get(engine)
+    try:
+        kept = _rendered.get(engine)
+    except TypeError:  # a bind that takes no weak reference: rendered each time
+        return url.render_as_string(hide_password=True)
     if kept is None or kept[0] is not url:
         kept = (url, url.render_as_string(hide_password=True))
         _rendered[engine] = kept

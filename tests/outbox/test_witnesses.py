@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -45,6 +46,25 @@ def test_a_witness_follows_an_engine_whose_url_is_replaced() -> None:
         "postgresql+psycopg://app:***@db.example:5432/orders": "t1",
         "postgresql+psycopg://app:***@db2.example:5432/orders": "t2",
     }
+
+
+class _Slotted:
+    """A bind that takes no weak reference (a proxy with ``__slots__``, say)."""
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: str) -> None:
+        self.url = sa.make_url(url)
+
+
+def test_a_bind_that_takes_no_weak_reference_is_still_named() -> None:
+    class Routed(Session):  # a routing session, as a sharded or read/write split one is
+        def get_bind(self, *args: Any, **kwargs: Any) -> Any:
+            return _Slotted("postgresql://app:pw@db3.example/orders")
+
+    witnesses = CommitWitnesses()
+    witness_commit(witnesses, Routed(), "t1")
+    assert witnesses.latest() == {"postgresql://app:***@db3.example/orders": "t1"}
 
 
 def test_a_session_that_cannot_name_its_database_costs_the_witness_not_the_commit(
