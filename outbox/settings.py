@@ -173,6 +173,9 @@ class OutboxSettings:
                 f"op_linger_ms={self.op_linger_ms!r} must be between 0 and 900000 "
                 "(librdkafka's range for linger.ms)"
             )
+        # Filled here, not on first use: on Python 3.11 a cached_property fills under one lock
+        # for the whole class, which a child forked while another thread held it would never get.
+        self.__dict__["topics"] = TopicNames(self.topic_prefix)
 
     def _check_retention(self) -> None:
         if self.min_compaction_lag_ms < 0:
@@ -220,7 +223,8 @@ class OutboxSettings:
 
     @functools.cached_property
     def topics(self) -> TopicNames:
-        """The internal topics' names (made once: each send and op asks)."""
+        """The internal topics' names (made once, by ``__post_init__``: each send and op
+        asks)."""
         return TopicNames(self.topic_prefix)
 
     @property

@@ -323,3 +323,18 @@ def test_a_secret_s_trailing_newline_is_dropped_from_a_variable_as_from_a_file(t
     )
     assert producer.check_secret == checker.secret == "abc"
     assert "abc" not in repr(checker)
+
+
+def test_the_producers_topic_names_follow_its_prefix_through_replace_and_pickle() -> None:
+    import dataclasses
+    import pickle
+
+    settings = OutboxSettings(bootstrap_servers="k:9092", producer_group="orders")
+    assert settings.topics is settings.topics  # made once
+    assert settings.topics.op == "__outbox-op"
+    renamed = dataclasses.replace(settings, topic_prefix="__eu")
+    assert renamed.topics.op == "__eu-op" and settings.topics.op == "__outbox-op"
+    copied = pickle.loads(pickle.dumps(renamed))
+    assert copied == renamed and copied.topics == renamed.topics
+    assert {f.name for f in dataclasses.fields(settings)} >= {"topic_prefix"}
+    assert "topics" not in {f.name for f in dataclasses.fields(settings)}
