@@ -8,10 +8,17 @@ in a fresh process (Spark's start-up included) with a class-data cache (``--clas
 :mod:`checker.audit.class_cache`), once to warm up (the page cache, and it writes the cache),
 then ``runs`` times. The audit's own phase timings come from its ``summary.json``; "Spark
 start" is the rest of the wall time (JVM, session, jars).
+
+It runs on the Java the project installs (Debian's 17, or whatever ``JAVA_HOME`` names) and,
+where the machine also has a JDK 25 or later under ``/usr/lib/jvm``, on that one too, the two
+interleaved round by round: from Java 25 on the class cache is an ahead-of-time cache with the
+methods' profiles, which an operator gets by pointing ``JAVA_HOME`` at such a JDK. One row per
+Java, named by its major version.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import tempfile
@@ -20,9 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.config import BenchConfig
-from bench.model import Row, ScenarioResult, repeat
+from bench.model import Row, ScenarioResult, repeat_interleaved
 from bench.procs import Child, Context, unique
 from bench.services import Services
+from checker.audit.class_cache import AOT_JAVA, java_command, java_version
 
 UNITS = {
     "audit_s": "s",
@@ -48,11 +56,13 @@ def audit_once(
     seen: list[dict[str, Any]],
     *,
     class_cache: Path,
+    java_home: Path | None = None,
     warmup: bool = False,
 ) -> dict[str, float]:
     """One ``python -m checker.audit`` process; its wall time and phases. ``class_cache`` is
     its ``--class-cache``: the warm-up run writes the archive, the timed runs start from it,
-    as every audit after the first on one machine does."""
+    as every audit after the first on one machine does. ``java_home``: its ``JAVA_HOME``
+    (None: the environment's)."""
     out = ctx.folder / unique("audit-out")
     child = Child(
         ctx,
@@ -61,6 +71,7 @@ def audit_once(
         ["--bootstrap-servers", services.bootstrap, "--topic-prefix", prefix,
          "--as-of", "now+10m", "--master", MASTER, "--out", str(out),
          "--class-cache", str(class_cache)],
+        env={"JAVA_HOME": str(java_home)} if java_home is not None else None,
         profiled=not warmup,
     )  # fmt: skip
     began = time.monotonic()
@@ -96,7 +107,7 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
     result = ScenarioResult(
         "audit",
         f"Audit: seconds to audit the topics with Spark on {MASTER}",
-        keys=["transactions", "master"],
+        keys=["transactions", "master", "java"],
         columns=COLUMNS,
     )
     # Imported here: the generator belongs to the audit's own benchmark script, and a problem
@@ -107,38 +118,75 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
     began = time.monotonic()
     written = audit_million.generate(services.bootstrap, prefix, topic, config.audit_txns)
     generation_s = time.monotonic() - began
-    seen: list[dict[str, Any]] = []
-    cache = Path(tempfile.mkdtemp(prefix="audit-class-cache-"))  # ~200 MB: not kept
+    homes = javas()
+    seen: dict[int, list[dict[str, Any]]] = {major: [] for major in homes}
+    cache = Path(tempfile.mkdtemp(prefix="audit-class-cache-"))  # ~200 MB each: not kept
+
+    def timed(major: int) -> dict[str, float]:
+        return audit_once(
+            services, ctx, prefix, seen[major], class_cache=cache, java_home=homes[major]
+        )
+
+    def warm(major: int) -> dict[str, float]:
+        return audit_once(
+            services, ctx, prefix, [], class_cache=cache, java_home=homes[major], warmup=True
+        )
+
     try:
-        metrics = repeat(
-            lambda: audit_once(services, ctx, prefix, seen, class_cache=cache),
+        measured = repeat_interleaved(
+            {str(major): functools.partial(timed, major) for major in homes},
             runs=config.runs,
             units=UNITS,
-            warmup=lambda: audit_once(services, ctx, prefix, [], class_cache=cache, warmup=True),
+            warmups={str(major): functools.partial(warm, major) for major in homes},
         )
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     seeded = {k: v for k, v in written.items() if k in ("lost", "duplicate") and v}
-    info = {
-        "written": written,
-        "generation_s": round(generation_s, 1),
-        "runs": seen,
-        "findings_match_seeded": all(s["findings"] == seeded for s in seen),
-    }
-    row = Row({"transactions": config.audit_txns, "master": MASTER}, metrics, info)
-    result.rows.append(row)
-    print(
-        f"  audit {config.audit_txns:,} transactions: {metrics['audit_s'].median:.1f} s wall "
-        f"(Spark start {metrics['spark_start_s'].median:.1f} s); findings as seeded: "
-        f"{info['findings_match_seeded']}",
-        flush=True,
-    )
+    for major, home in homes.items():
+        metrics = measured[str(major)]
+        info = {
+            "written": written,
+            "generation_s": round(generation_s, 1),
+            "java_home": str(home) if home is not None else "(the environment's)",
+            "runs": seen[major],
+            "findings_match_seeded": all(s["findings"] == seeded for s in seen[major]),
+        }
+        config_of = {"transactions": config.audit_txns, "master": MASTER, "java": major}
+        result.rows.append(Row(config_of, metrics, info))
+        print(
+            f"  audit {config.audit_txns:,} transactions, Java {major}: "
+            f"{metrics['audit_s'].median:.1f} s wall (Spark start "
+            f"{metrics['spark_start_s'].median:.1f} s); findings as seeded: "
+            f"{info['findings_match_seeded']}",
+            flush=True,
+        )
     result.notes.append(
         "Transactions from bench/audit_million.py's generator (1-3 small JSON messages each, "
         "10% rolled back, 5% decided by the checker, 10 lost and 10 duplicated messages "
         f"seeded); {written['messages']:,} messages. Each run is a fresh `python -m "
         "checker.audit --class-cache DIR` process, its JVM's classes archived by the warm-up "
-        "run; 'audit s' is its whole wall time."
+        "run (from Java 25 on, an ahead-of-time cache with the methods' profiles); 'audit s' is "
+        "its whole wall time. One row per Java: the project's, and a JDK 25+ the machine has "
+        "under /usr/lib/jvm, their runs interleaved."
     )
     result.seconds = time.monotonic() - started
     return result
+
+
+def javas() -> dict[int, Path | None]:
+    """The JVMs to audit on, by major version: the environment's (None: ``JAVA_HOME`` or
+    ``PATH`` as the audit finds it), and the newest JDK of a later major under ``/usr/lib/jvm``
+    when it is at least :data:`AOT_JAVA`."""
+    java = java_command()
+    found = java_version(java) if java else None
+    default = found[0] if found is not None else 0
+    homes: dict[int, Path | None] = {default: None}
+    newer: list[tuple[int, Path]] = []
+    for home in Path("/usr/lib/jvm").glob("*"):
+        version = java_version(str(home / "bin" / "java"))
+        if version is not None and version[0] >= AOT_JAVA and version[0] > default:
+            newer.append((version[0], home))
+    if newer:
+        major, home = max(newer)
+        homes[major] = home
+    return homes

@@ -147,7 +147,11 @@ def render(result: ScenarioResult, folder: Path) -> Path | None:
         fig = simple(result, plt, {"resolutions_per_s": "resolutions/s"})
     elif result.name == "audit":
         fig, ax = plt.subplots(figsize=(8, 5))
-        labels = [f"{r.config['transactions']:,} txns, {r.config['master']}" for r in result.rows]
+        labels = [
+            f"{r.config['transactions']:,} txns, {r.config['master']}"
+            + (f", Java {r.config['java']}" if r.config.get("java") else "")
+            for r in result.rows
+        ]
         series = {label: _metric(result.rows, m) for m, label in result.columns.items()}
         grouped_bars(ax, labels, series, title="seconds", ylabel="s")
     else:

@@ -36,16 +36,28 @@ def evaluate(results: Results) -> list[Target]:
             lambda v: v >= 2000,
         )
     )
-    audit = next(iter(results["audit"].rows), None) if "audit" in results else None
-    target = absolute(
-        Target("audit", "audit of 1,000,000 transactions on local[2]: <= 70 s"),
-        metric_of(audit, "audit_s"),
-        lambda v: v <= 70,
-    )
-    if audit is not None and audit.config.get("transactions") != AUDIT_TARGET_TXNS:
-        target.note = f"measured on {audit.config['transactions']:,} transactions, not 1,000,000"
-        target.met = None
-    targets.append(target)
+    targets += _audit(results)
+    return targets
+
+
+def _audit(results: Results) -> list[Target]:
+    """One target per Java the audit ran on (the project's, and a JDK 25+ where the machine
+    has one: bench.audit_path), so that neither hides the other."""
+    rows: list[Row | None] = list(results["audit"].rows) if "audit" in results else []
+    targets = []
+    for audit in rows or [None]:
+        java = audit.config.get("java") if audit is not None else None
+        on = f", Java {java}" if java else ""
+        target = absolute(
+            Target("audit", f"audit of 1,000,000 transactions on local[2]{on}: <= 70 s"),
+            metric_of(audit, "audit_s"),
+            lambda v: v <= 70,
+        )
+        if audit is not None and audit.config.get("transactions") != AUDIT_TARGET_TXNS:
+            count = audit.config["transactions"]
+            target.note = f"measured on {count:,} transactions, not 1,000,000"
+            target.met = None
+        targets.append(target)
     return targets
 
 

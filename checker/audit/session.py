@@ -221,7 +221,7 @@ def _ignored(class_cache: Path | None, why: str) -> None:
     if class_cache is not None:
         log.warning(
             "--class-cache %s is ignored: %s; give that JVM -XX:SharedArchiveFile=FILE "
-            "(spark.driver.extraJavaOptions) to map an archive",
+            "(-XX:AOTCache=FILE on Java 25+; spark.driver.extraJavaOptions) to map an archive",
             class_cache,
             why,
         )

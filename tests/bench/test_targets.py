@@ -139,3 +139,33 @@ def test_interleaved_rounds_give_the_spread_of_each_rounds_own_ratio() -> None:
         apart = {t.name: t for t in evaluate(results(False))}[name]
         assert apart.value == 242 / 330
         assert apart.spread == "0.49-1.01x"  # 161/330 .. 334/330
+
+
+def _audit_rows(*rows: tuple[int, int | None, list[float]]) -> ScenarioResult:
+    """Audit rows: (transactions, java, wall seconds of each run)."""
+    result = ScenarioResult("audit", "a", keys=[], columns={})
+    for transactions, java, walls in rows:
+        config = {"transactions": transactions, "master": "local[2]"}
+        if java is not None:
+            config["java"] = java
+        result.rows.append(Row(config, {"audit_s": Summary.of(walls, "s")}))
+    return result
+
+
+def test_each_java_the_audit_ran_on_is_a_target_of_its_own() -> None:
+    results = {"audit": _audit_rows((1_000_000, 17, [84.4, 86.6, 83.0]), (1_000_000, 25, [69.0]))}
+    audits = [t for t in evaluate(results) if t.name == "audit"]
+    assert [(t.goal, t.value, t.met) for t in audits] == [
+        ("audit of 1,000,000 transactions on local[2], Java 17: <= 70 s", 84.4, False),
+        ("audit of 1,000,000 transactions on local[2], Java 25: <= 70 s", 69.0, True),
+    ]
+
+
+def test_an_audit_of_fewer_transactions_is_not_judged_and_a_row_without_java_still_is() -> None:
+    small = evaluate({"audit": _audit_rows((20_000, 17, [30.0]))})
+    (target,) = [t for t in small if t.name == "audit"]
+    assert target.met is None and "20,000" in target.note
+    older = evaluate({"audit": _audit_rows((1_000_000, None, [75.0]))})
+    (target,) = [t for t in older if t.name == "audit"]
+    assert target.goal == "audit of 1,000,000 transactions on local[2]: <= 70 s"
+    assert target.met is False

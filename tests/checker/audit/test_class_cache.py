@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from checker.audit.class_cache import (
+    AOT_JAVA,
     MIN_JAVA,
     STALE_PART_S,
     UNUSED_ARCHIVE_S,
@@ -40,6 +41,22 @@ def _java_found() -> bool:
 
 
 needs_java = pytest.mark.skipif(not _java_found(), reason=f"no java {MIN_JAVA}+ here")
+
+
+def _newer_jdk() -> Path | None:
+    """A JDK 25+ beside the default one (the project installs Java 17; many machines also have
+    a newer one under /usr/lib/jvm), for the ahead-of-time cache's end-to-end tests."""
+    for home in sorted(Path("/usr/lib/jvm").glob("*")):
+        found = java_version(str(home / "bin" / "java"))
+        if found is not None and found[0] >= AOT_JAVA:
+            return home
+    return None
+
+
+NEWER_JDK = _newer_jdk()
+needs_newer_jdk = pytest.mark.skipif(
+    NEWER_JDK is None, reason=f"no JDK {AOT_JAVA}+ under /usr/lib/jvm for the AOT cache"
+)
 
 
 def _fake_java(folder: Path, version_line: str, code: int = 0) -> Path:
@@ -71,6 +88,32 @@ def test_the_first_run_writes_a_part_file_that_later_runs_read_once_it_is_in_pla
     assert later == ClassCache(first.archive)
     assert later.java_options == f"-XX:SharedArchiveFile={first.archive}"
     assert not later.finish()  # nothing to put in place
+
+
+def test_on_jdk_25_the_cache_is_an_aot_cache_written_in_one_run_and_mapped_strictly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, 'openjdk version "25.0.3" 2026')))
+    first = class_cache(tmp_path / "cache")
+    assert first is not None and first.aot and first.write is not None
+    assert first.archive.name.startswith("audit-") and first.archive.suffix == ".aot"
+    assert first.java_options == f"-XX:AOTCacheOutput={first.write}"
+    first.write.write_bytes(b"cache")
+    assert first.finish()
+    later = class_cache(tmp_path / "cache")
+    assert later == ClassCache(first.archive, aot=True)
+    # strict: a cache the JVM cannot use fails its start, so that the session replaces it
+    assert later.java_options == f"-XX:AOTMode=on -XX:AOTCache={first.archive}"
+
+
+@pytest.mark.parametrize("major", [13, 17, 21, 24])
+def test_before_jdk_25_the_cache_is_a_dynamic_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, major: int
+) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, f'openjdk version "{major}.0.1"')))
+    cache = class_cache(tmp_path / "cache")
+    assert cache is not None and not cache.aot and cache.archive.suffix == ".jsa"
+    assert cache.java_options.startswith("-XX:ArchiveClassesAtExit=")
 
 
 def test_a_missing_or_empty_part_file_is_never_put_in_place(tmp_path: Path) -> None:
@@ -139,12 +182,16 @@ def test_a_folder_that_cannot_be_created_is_a_usage_error_naming_it(tmp_path: Pa
 @needs_java
 def test_part_files_left_by_a_dead_jvm_are_removed_after_a_day(tmp_path: Path) -> None:
     stale, fresh = tmp_path / "audit-x.jsa.old.part", tmp_path / "audit-x.jsa.new.part"
-    for part in (stale, fresh):
+    # what a JDK 25 killed while writing an AOT cache leaves: its part and its configuration
+    aot_stale = [tmp_path / "audit-y.aot.old.part", tmp_path / "audit-y.aot.old.part.config"]
+    for part in (stale, *aot_stale):
         part.write_bytes(b"half an archive")
-    old = time.time() - STALE_PART_S - 60
-    os.utime(stale, (old, old))
+        old = time.time() - STALE_PART_S - 60
+        os.utime(part, (old, old))
+    fresh.write_bytes(b"half an archive")
     class_cache(tmp_path)
     assert not stale.exists() and fresh.exists()
+    assert not any(p.exists() for p in aot_stale)
 
 
 @needs_java
@@ -155,16 +202,19 @@ def test_archives_no_audit_used_for_30_days_are_removed_and_the_one_in_use_is_ma
     assert current is not None and current.write is not None
     current.archive.write_bytes(b"this JVM's archive")
     old_jdk, recent = tmp_path / "audit-0ld0jdk.jsa", tmp_path / "audit-other0jvm.jsa"
-    for archive in (old_jdk, recent):
+    old_aot = tmp_path / "audit-0ld0jdk25.aot"
+    for archive in (old_jdk, recent, old_aot):
         archive.write_bytes(b"an archive of another JVM")
     long_ago = time.time() - UNUSED_ARCHIVE_S - 60
     a_week_ago = time.time() - 7 * 24 * 3600
     os.utime(old_jdk, (long_ago, long_ago))
+    os.utime(old_aot, (long_ago, long_ago))
     os.utime(recent, (a_week_ago, a_week_ago))
     os.utime(current.archive, (long_ago, long_ago))  # written long ago, mapped ever since
     mapped = class_cache(tmp_path)
     assert mapped == ClassCache(current.archive)
-    assert not old_jdk.exists() and recent.exists() and current.archive.exists()
+    assert not old_jdk.exists() and not old_aot.exists()
+    assert recent.exists() and current.archive.exists()
     assert time.time() - current.archive.stat().st_mtime < 60  # used now
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([current.archive.name, recent.name])
 
@@ -180,13 +230,22 @@ def test_a_class_cache_for_a_session_the_audit_did_not_start_is_ignored_with_a_w
     assert not (tmp_path / "cache").exists()
 
 
-def _audit(bootstrap: str, prefix: str, out: Path, cache: Path, classes_log: Path) -> dict:
+def _audit(
+    bootstrap: str,
+    prefix: str,
+    out: Path,
+    cache: Path,
+    classes_log: Path,
+    *,
+    java_home: Path | None = None,
+) -> dict:
+    env = {**os.environ, **({"JAVA_HOME": str(java_home)} if java_home else {})}
     done = subprocess.run(
         [sys.executable, "-m", "checker.audit", "--bootstrap-servers", bootstrap,
          "--topic-prefix", prefix, "--as-of", "now+10m", "--master", "local[2]",
          "--out", str(out), "--quiet", "--class-cache", str(cache),
          "--conf", f"spark.driver.extraJavaOptions=-Xlog:class+load=info:file={classes_log}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False, env=env,
     )  # fmt: skip
     assert done.returncode == 1, done.stderr[-3000:]  # the seeded anomalies
     summary: dict = json.loads((out / "summary.json").read_text())
@@ -196,6 +255,15 @@ def _audit(bootstrap: str, prefix: str, out: Path, cache: Path, classes_log: Pat
 def _from_the_archive(classes_log: Path) -> int:
     """Classes the JVM mapped from the dynamic (top) archive, by its own class-loading log."""
     return classes_log.read_text().count("source: shared objects file (top)")
+
+
+def _spark_from_shared_files(classes_log: Path) -> int:
+    """Spark's classes the JVM mapped from a shared file, by its class-loading log: the JDK's
+    own archive holds none, so they come from the audit's AOT cache."""
+    return sum(
+        "org.apache.spark." in line and "source: shared objects file" in line
+        for line in classes_log.read_text().splitlines()
+    )
 
 
 @pytest.mark.integration
@@ -254,3 +322,61 @@ def test_a_damaged_archive_is_deleted_and_the_audit_starts_again_writing_a_new_o
     assert "deleted it, starting again without it" in done.stderr
     assert expected.archive.stat().st_size > len(data)  # the new one, written at exit
     assert not list(cache.glob("*.part"))
+
+
+@pytest.mark.integration
+@pytest.mark.processes
+@needs_newer_jdk
+def test_on_jdk_25_the_second_audit_maps_the_aot_cache_the_first_wrote_and_finds_the_same(
+    kafka_bootstrap: str, postgres_url: str, tmp_path: Path
+) -> None:
+    seeded = seed(kafka_bootstrap, postgres_url)
+    cache = tmp_path / "class-cache"
+    first = _audit(kafka_bootstrap, seeded.prefix, tmp_path / "a", cache, tmp_path / "a.log",
+                   java_home=NEWER_JDK)  # fmt: skip
+    caches = list(cache.iterdir())
+    assert [c.suffix for c in caches] == [".aot"] and caches[0].stat().st_size > 1_000_000
+    # (the first run's log is not read: the JVM that assembles the cache at exit, which the
+    # training run starts with the same options, writes its own over it)
+    second = _audit(kafka_bootstrap, seeded.prefix, tmp_path / "b", cache, tmp_path / "b.log",
+                    java_home=NEWER_JDK)  # fmt: skip
+    assert _spark_from_shared_files(tmp_path / "b.log") > 2_000  # 5,664 here; 0 without
+    assert list(cache.iterdir()) == caches
+    counts = {name: f["count"] for name, f in first["findings"].items()}
+    assert counts == {name: f["count"] for name, f in second["findings"].items()}
+    assert first["statistics"]["transactions"] == second["statistics"]["transactions"] == 45
+    for name in ("lost", "phantom", "duplicate", "partial", "stuck"):
+        assert set(second["findings"][name]["sample_txn_ids"]) == seeded.expected[name], name
+
+
+@pytest.mark.integration
+@pytest.mark.processes
+@needs_newer_jdk
+def test_on_jdk_25_a_damaged_aot_cache_is_deleted_and_the_audit_starts_again_writing_a_new_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from checker.audit.session import cached_jars_dir, connector_jars
+
+    monkeypatch.setenv("JAVA_HOME", str(NEWER_JDK))
+    cache = tmp_path / "class-cache"
+    expected = class_cache(cache, extra_jars=connector_jars(cached_jars_dir()))
+    assert expected is not None and expected.aot
+    # A real AOT cache cut in half: without AOTMode=on HotSpot would run on without it, every
+    # time, and the audit would stay slow with nobody told.
+    whole = tmp_path / "whole.aot"
+    subprocess.run([str(NEWER_JDK / "bin" / "java"), f"-XX:AOTCacheOutput={whole}", "-version"],
+                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    data = whole.read_bytes()
+    expected.archive.write_bytes(data[: len(data) // 2])
+    done = subprocess.run(
+        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", "127.0.0.1:9",
+         "--timeout", "2s", "--master", "local[1]", "--out", str(tmp_path / "out"),
+         "--class-cache", str(cache)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "Kafka at 127.0.0.1:9 did not answer" in done.stderr
+    assert "Spark could not start" not in done.stderr
+    assert "deleted it, starting again without it" in done.stderr
+    assert expected.archive.stat().st_size > len(data)  # the new one, written at exit
+    assert not [p for p in cache.iterdir() if ".part" in p.name]
