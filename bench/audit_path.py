@@ -9,11 +9,11 @@ in a fresh process (Spark's start-up included) with a class-data cache (``--clas
 then ``runs`` times. The audit's own phase timings come from its ``summary.json``; "Spark
 start" is the rest of the wall time (JVM, session, jars).
 
-It runs on the Java the project installs (Debian's 17, or whatever ``JAVA_HOME`` names) and,
-where the machine also has a JDK 25 or later under ``/usr/lib/jvm``, on that one too, the two
-interleaved round by round: from Java 25 on the class cache is an ahead-of-time cache with the
-methods' profiles, which an operator gets by pointing ``JAVA_HOME`` at such a JDK. One row per
-Java, named by its major version.
+It runs on the environment's Java (``JAVA_HOME``, else ``PATH``: the Debian 17 the project
+installs) and, where the machine also has a newer JDK 25+ under ``/usr/lib/jvm``, on that one
+too, the two interleaved round by round: from Java 25 on the class cache is an ahead-of-time
+cache with the methods' profiles, which an operator gets by pointing ``JAVA_HOME`` at such a
+JDK. One row per Java, named by its major version; each Java adds a warm-up and ``runs`` runs.
 """
 
 from __future__ import annotations
@@ -179,7 +179,9 @@ def javas() -> dict[int, Path | None]:
     when it is at least :data:`AOT_JAVA`."""
     java = java_command()
     found = java_version(java) if java else None
-    default = found[0] if found is not None else 0
+    if found is None:
+        raise RuntimeError(f"no java runs here ({java or 'none on PATH'}): the audit needs one")
+    default = found[0]
     homes: dict[int, Path | None] = {default: None}
     newer: list[tuple[int, Path]] = []
     for home in Path("/usr/lib/jvm").glob("*"):

@@ -10,10 +10,13 @@ writes the archive takes about 20 s more (the JVM writes ~200 MB as it exits).
 
 So it pays for audits run again on one machine (a workstation, a VM, a pod with a volume),
 not for one-off runs in a fresh container: it is off unless ``--class-cache DIR`` names a
-folder. An archive only fits the JVM and the jars it was written with; its file name is a
-digest of both, so a new JDK or Spark writes a new archive instead of being refused with
-warnings. An archive that does not fit anyway (the JVM checks) is ignored with a warning, and
-the audit runs as without one.
+folder. An archive only fits the JVM, the jars and some of the JVM options (the collector,
+object headers) it was written with; its file name is a digest of them, so a new JDK or Spark,
+or an audit run with another collector, writes a new archive instead of being refused. A
+dynamic archive that does not fit anyway (the JVM checks) is ignored with a warning, and the
+audit runs as without one; an AOT cache (below) that does not fit fails the JVM's start, and is
+replaced. Options that set up class-data sharing themselves (``-Xshare:off``, an archive of
+the user's) keep the cache out of the run altogether (:func:`own_sharing`).
 
 The archive is written to a ``.part`` file and renamed into place only once its JVM has
 exited normally, so an audit started meanwhile never maps half an archive: HotSpot crashes
@@ -32,7 +35,9 @@ compiles the hot ones sooner. Measured at 1,000,000 transactions (docs/benchmark
 with it 78.5 s, with a dynamic archive 81.0 s, Java 17 with its archive 84.4 s. It is mapped with
 ``-XX:AOTMode=on``: a JVM that cannot use it fails to start (HotSpot otherwise goes on without
 it, silently slower every run), and the session deletes it and writes a new one, as for a
-damaged dynamic archive.
+damaged dynamic archive. The first run's JVM assembles the cache as it exits by starting a
+second JVM with the same options (so a ``-Xlog:...:file=`` of the user's is written twice, the
+second over the first), and exits when that one has; the session waits for both.
 """
 
 from __future__ import annotations
@@ -58,6 +63,12 @@ STALE_PART_S = 24 * 3600
 #: Archives no audit has mapped for this long belong to a JDK or Spark no longer run here.
 UNUSED_ARCHIVE_S = 30 * 24 * 3600
 _VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
+#: JVM options that change what an archive holds or whether a JVM can map it (the collector,
+#: compressed or compact object headers, object alignment): part of the archive's name, so
+#: that audits run with other ones write and map an archive of their own.
+_SHAPING = re.compile(r"-XX:[+-]Use\w+|-XX:ObjectAlignmentInBytes=\S+|-Xm[xs]\S+")
+#: JVM options by which a user runs class-data sharing their own way: the cache stays out.
+_OWN_SHARING = re.compile(r"-Xshare:\S*|-XX:(?:SharedArchiveFile|ArchiveClassesAtExit|AOT\w*)")
 
 
 @dataclass(frozen=True)
@@ -127,12 +138,23 @@ def spark_jars_dir() -> Path | None:
     return Path(_find_spark_home()) / "jars"
 
 
-def digest(java: str, version_text: str, jars: Sequence[Path]) -> str:
+def own_sharing(jvm_options: str) -> str | None:
+    """The first option in ``jvm_options`` that sets up class-data sharing itself
+    (``-Xshare:off``, an archive or AOT cache of the user's): None when there is none."""
+    found = _OWN_SHARING.search(jvm_options)
+    return found.group(0) if found else None
+
+
+def digest(java: str, version_text: str, jars: Sequence[Path], jvm_options: str = "") -> str:
     """A name for the archive of one JVM with one class path: the JVM (its real path and
-    version) and each jar's name and size."""
+    version), each jar's name and size, and the options that shape an archive (the collector,
+    object headers, the heap's size: a JDK 25 refuses an AOT cache written under others, and
+    two audits sharing a folder with different ones would otherwise replace each other's at
+    every run). Other options (logging, ``-D``) leave the name as it is."""
     h = hashlib.sha256()
     h.update(os.path.realpath(java).encode())
     h.update(version_text.encode())
+    h.update("\0".join(_SHAPING.findall(jvm_options)).encode())
     for jar in sorted(jars):
         try:
             size = jar.stat().st_size
@@ -142,9 +164,12 @@ def digest(java: str, version_text: str, jars: Sequence[Path]) -> str:
     return h.hexdigest()[:16]
 
 
-def class_cache(folder: Path, *, extra_jars: Sequence[Path] = ()) -> ClassCache | None:
-    """The cache of this machine's JVM and Spark under ``folder``; None (run without one) when
-    Java is older than 13 or cannot be found, so that the audit never fails for its cache.
+def class_cache(
+    folder: Path, *, extra_jars: Sequence[Path] = (), jvm_options: str = ""
+) -> ClassCache | None:
+    """The cache of this machine's JVM and Spark under ``folder``, for a JVM started with
+    ``jvm_options`` (its heap given as ``-Xmx``); None (run without one) when Java is older
+    than 13 or cannot be found, so that the audit never fails for its cache.
 
     Raises:
         AuditConfigError: ``folder`` cannot be created or written.
@@ -167,7 +192,8 @@ def class_cache(folder: Path, *, extra_jars: Sequence[Path] = ()) -> ClassCache 
         raise AuditConfigError(f"--class-cache {folder} is not writable; name a writable folder")
     aot = found[0] >= AOT_JAVA
     suffix = ".aot" if aot else ".jsa"
-    archive = folder / f"audit-{digest(java, found[1], [*jars, *extra_jars])}{suffix}"
+    name = digest(java, found[1], [*jars, *extra_jars], jvm_options)
+    archive = folder / f"audit-{name}{suffix}"
     _remove_stale(folder, keep=archive)
     if archive.is_file():
         with contextlib.suppress(OSError):

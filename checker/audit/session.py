@@ -13,12 +13,12 @@ import os
 import re
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from checker.audit.class_cache import ClassCache
+from checker.audit.class_cache import ClassCache, own_sharing
 from checker.audit.class_cache import class_cache as find_class_cache
 from checker.audit.errors import AuditConfigError, AuditSourceError
 
@@ -227,6 +227,21 @@ def _ignored(class_cache: Path | None, why: str) -> None:
         )
 
 
+def class_cache_for(
+    folder: Path, settings: Mapping[str, str], jars: Sequence[Path]
+) -> ClassCache | None:
+    """The class cache in ``folder`` of a local session started with ``settings`` (the audit's
+    own merged with the user's: :func:`merge_settings`) and the connector ``jars``; None, with a
+    warning, when the user's JVM options set up class-data sharing themselves."""
+    options = settings.get(JAVA_OPTIONS[0], "")
+    theirs = own_sharing(options)
+    if theirs is not None:
+        _ignored(folder, f"spark.driver.extraJavaOptions sets up its own ({theirs})")
+        return None
+    heap = settings.get("spark.driver.memory", "")
+    return find_class_cache(folder, extra_jars=jars, jvm_options=f"{options} -Xmx{heap}")
+
+
 def start_session(
     *,
     master: str | None = None,
@@ -259,12 +274,11 @@ def start_session(
         builder = builder.master(master or DEFAULT_MASTER)
         jars = connector_jars(jars_dir or cached_jars_dir())
         builder = builder.config("spark.jars", ",".join(str(j) for j in jars))
-        defaults = local_defaults()
+        settings = merge_settings(local_defaults(), settings)
         if class_cache is not None:
-            cache = find_class_cache(class_cache, extra_jars=jars)
+            cache = class_cache_for(class_cache, settings, jars)
             if cache is not None:
-                defaults[JAVA_OPTIONS[0]] += f" {cache.java_options}"
-        settings = merge_settings(defaults, settings)
+                settings[JAVA_OPTIONS[0]] += f" {cache.java_options}"
     else:
         _ignored(class_cache, "spark-submit started the JVM")
         if master:
@@ -276,10 +290,11 @@ def start_session(
     except Exception as err:  # py4j / JVM start-up failures have no common base class
         if cache is not None and cache.write is None:
             # A damaged archive (a full or failing disk, a copy cut short) crashes HotSpot as it
-            # maps it, every time: drop it and start again, which writes a new one.
+            # maps it, every time, and a JDK 25 refuses an AOT cache it cannot use (AOTMode=on):
+            # drop it and start again, which writes a new one.
             log.warning(
                 "Spark did not start with the class-data archive %s (%s); deleted it, "
-                "starting again without it",
+                "starting again without it, writing a new one",
                 cache.archive,
                 err,
             )

@@ -27,6 +27,7 @@ from checker.audit.class_cache import (
     digest,
     java_command,
     java_version,
+    own_sharing,
 )
 from checker.audit.errors import AuditConfigError
 from tests.checker.audit.seeded import seed
@@ -34,23 +35,30 @@ from tests.checker.audit.seeded import seed
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _java_found() -> bool:
+def _java_major() -> int:
     java = java_command()
     found = java_version(java) if java else None
-    return found is not None and found[0] >= MIN_JAVA
+    return found[0] if found is not None else 0
 
 
-needs_java = pytest.mark.skipif(not _java_found(), reason=f"no java {MIN_JAVA}+ here")
+JAVA_MAJOR = _java_major()
+needs_java = pytest.mark.skipif(JAVA_MAJOR < MIN_JAVA, reason=f"no java {MIN_JAVA}+ here")
+#: The tests of the dynamic archive run on the machine's java when it writes one (13-24).
+needs_dynamic_java = pytest.mark.skipif(
+    not MIN_JAVA <= JAVA_MAJOR < AOT_JAVA,
+    reason=f"the default java is {JAVA_MAJOR}, not {MIN_JAVA}-{AOT_JAVA - 1}",
+)
 
 
 def _newer_jdk() -> Path | None:
     """A JDK 25+ beside the default one (the project installs Java 17; many machines also have
     a newer one under /usr/lib/jvm), for the ahead-of-time cache's end-to-end tests."""
-    for home in sorted(Path("/usr/lib/jvm").glob("*")):
-        found = java_version(str(home / "bin" / "java"))
-        if found is not None and found[0] >= AOT_JAVA:
-            return home
-    return None
+    found = []
+    for home in Path("/usr/lib/jvm").glob("*"):
+        version = java_version(str(home / "bin" / "java"))
+        if version is not None and version[0] >= AOT_JAVA:
+            found.append((version[0], home))
+    return max(found)[1] if found else None
 
 
 NEWER_JDK = _newer_jdk()
@@ -69,7 +77,7 @@ def _fake_java(folder: Path, version_line: str, code: int = 0) -> Path:
     return home
 
 
-@needs_java
+@needs_dynamic_java
 def test_the_first_run_writes_a_part_file_that_later_runs_read_once_it_is_in_place(
     tmp_path: Path,
 ) -> None:
@@ -136,6 +144,33 @@ def test_the_archive_name_changes_with_the_jvm_and_with_any_jar(tmp_path: Path) 
     assert base != digest("/usr/bin/java", 'openjdk version "17.0.15"', [jar])
 
 
+def test_options_that_shape_an_archive_are_part_of_the_name_and_logging_is_not() -> None:
+    jvm, version = "/usr/bin/java", 'openjdk version "25.0.3"'
+    ours = "-Dlog4j2.configurationFile=/tmp/x -XX:+UseParallelGC -Xmx4g"
+    base = digest(jvm, version, [], ours)
+    assert base == digest(jvm, version, [], f"{ours} -Xlog:class+load=info:file=/tmp/a.log")
+    assert base == digest(jvm, version, [], f"{ours} -Dfoo=bar")
+    for other in ("-XX:+UseCompactObjectHeaders", "-XX:-UseCompressedOops", "-Xmx40g",
+                  "-XX:ObjectAlignmentInBytes=16"):  # fmt: skip
+        assert base != digest(jvm, version, [], f"{ours} {other}"), other
+    assert base != digest(jvm, version, [], ours.replace("Parallel", "Z"))
+
+
+@pytest.mark.parametrize(
+    ("options", "theirs"),
+    [
+        ("-XX:+UseParallelGC -Xshare:off", "-Xshare:off"),
+        ("-XX:SharedArchiveFile=/opt/app.jsa", "-XX:SharedArchiveFile"),
+        ("-XX:AOTCache=/opt/app.aot", "-XX:AOTCache"),
+        ("-XX:AOTMode=off", "-XX:AOTMode"),
+        ("-XX:ArchiveClassesAtExit=/tmp/a.jsa", "-XX:ArchiveClassesAtExit"),
+        ("-XX:+UseParallelGC -Xlog:class+load=info -Dshare=1", None),
+    ],
+)
+def test_options_that_set_up_sharing_themselves_are_found(options: str, theirs: str | None) -> None:
+    assert own_sharing(options) == theirs
+
+
 @needs_java
 def test_the_connector_jars_are_part_of_the_name(tmp_path: Path) -> None:
     jar = tmp_path / "kafka-clients.jar"
@@ -194,7 +229,7 @@ def test_part_files_left_by_a_dead_jvm_are_removed_after_a_day(tmp_path: Path) -
     assert not any(p.exists() for p in aot_stale)
 
 
-@needs_java
+@needs_dynamic_java
 def test_archives_no_audit_used_for_30_days_are_removed_and_the_one_in_use_is_marked_used(
     tmp_path: Path,
 ) -> None:
@@ -268,7 +303,7 @@ def _spark_from_shared_files(classes_log: Path) -> int:
 
 @pytest.mark.integration
 @pytest.mark.processes
-@needs_java
+@needs_dynamic_java
 def test_the_second_audit_maps_the_archive_the_first_wrote_and_finds_the_same(
     kafka_bootstrap: str, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -291,14 +326,22 @@ def test_the_second_audit_maps_the_archive_the_first_wrote_and_finds_the_same(
 
 @pytest.mark.integration
 @pytest.mark.processes
-@needs_java
+@needs_dynamic_java
 def test_a_damaged_archive_is_deleted_and_the_audit_starts_again_writing_a_new_one(
     tmp_path: Path,
 ) -> None:
-    from checker.audit.session import cached_jars_dir, connector_jars
+    from checker.audit.session import (
+        cached_jars_dir,
+        class_cache_for,
+        connector_jars,
+        local_defaults,
+        merge_settings,
+    )
 
     cache = tmp_path / "class-cache"
-    expected = class_cache(cache, extra_jars=connector_jars(cached_jars_dir()))
+    # the cache the audit below will look for: its settings and jars name it
+    settings = merge_settings(local_defaults(), {})
+    expected = class_cache_for(cache, settings, connector_jars(cached_jars_dir()))
     assert expected is not None
     # A real archive cut in half (as a full disk or a copy cut short leaves one): HotSpot
     # crashes (SIGBUS) mapping it, at every start.
@@ -355,11 +398,19 @@ def test_on_jdk_25_the_second_audit_maps_the_aot_cache_the_first_wrote_and_finds
 def test_on_jdk_25_a_damaged_aot_cache_is_deleted_and_the_audit_starts_again_writing_a_new_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from checker.audit.session import cached_jars_dir, connector_jars
+    from checker.audit.session import (
+        cached_jars_dir,
+        class_cache_for,
+        connector_jars,
+        local_defaults,
+        merge_settings,
+    )
 
     monkeypatch.setenv("JAVA_HOME", str(NEWER_JDK))
     cache = tmp_path / "class-cache"
-    expected = class_cache(cache, extra_jars=connector_jars(cached_jars_dir()))
+    # the cache the audit below will look for: its settings and jars name it
+    settings = merge_settings(local_defaults(), {})
+    expected = class_cache_for(cache, settings, connector_jars(cached_jars_dir()))
     assert expected is not None and expected.aot
     # A real AOT cache cut in half: without AOTMode=on HotSpot would run on without it, every
     # time, and the audit would stay slow with nobody told.
@@ -380,3 +431,25 @@ def test_on_jdk_25_a_damaged_aot_cache_is_deleted_and_the_audit_starts_again_wri
     assert "deleted it, starting again without it" in done.stderr
     assert expected.archive.stat().st_size > len(data)  # the new one, written at exit
     assert not [p for p in cache.iterdir() if ".part" in p.name]
+
+
+@pytest.mark.integration
+@pytest.mark.processes
+@needs_java
+def test_jvm_options_that_set_up_their_own_sharing_keep_the_cache_out_with_a_warning(
+    tmp_path: Path,
+) -> None:
+    cache = tmp_path / "class-cache"
+    done = subprocess.run(
+        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", "127.0.0.1:9",
+         "--timeout", "2s", "--master", "local[1]", "--out", str(tmp_path / "out"),
+         "--class-cache", str(cache), "--conf", "spark.driver.extraJavaOptions=-Xshare:off"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    # Spark started (with the user's -Xshare:off, no archive of ours beside it): what stopped
+    # the audit is the broker nobody runs
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "Kafka at 127.0.0.1:9 did not answer" in done.stderr
+    assert f"--class-cache {cache} is ignored" in done.stderr
+    assert "sets up its own (-Xshare:off)" in done.stderr
+    assert not cache.exists()
