@@ -287,6 +287,56 @@ def _audit(
     return summary
 
 
+def _audit_of_no_broker(tmp_path: Path, cache: Path, *args: str) -> str:
+    """An audit with ``--class-cache cache`` against a broker nobody runs: Spark starts, the
+    audit stops at Kafka (exit 3). Its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", "127.0.0.1:9",
+         "--timeout", "2s", "--master", "local[1]", "--out", str(tmp_path / "out"),
+         "--class-cache", str(cache), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr[-3000:]
+    assert "Kafka at 127.0.0.1:9 did not answer" in done.stderr
+    return done.stderr
+
+
+def _cache_the_audit_looks_for(cache: Path) -> ClassCache | None:
+    """The cache an audit with ``--class-cache cache`` and no ``--conf`` maps or writes: its
+    settings and jars name it."""
+    from checker.audit.session import (
+        cached_jars_dir,
+        class_cache_for,
+        connector_jars,
+        local_defaults,
+        merge_settings,
+    )
+
+    settings = merge_settings(local_defaults(), {})
+    return class_cache_for(cache, settings, connector_jars(cached_jars_dir()))
+
+
+def _replaced_when_cut_in_half(expected: ClassCache, whole: Path, tmp_path: Path) -> None:
+    """``whole`` (a real archive or AOT cache) cut in half where the audit looks for its cache:
+    the audit deletes it, starts again and writes a new one at exit."""
+    data = whole.read_bytes()
+    expected.archive.write_bytes(data[: len(data) // 2])
+    stderr = _audit_of_no_broker(tmp_path, expected.archive.parent)  # Spark started, again
+    assert "Spark could not start" not in stderr
+    assert "deleted it, starting again without it" in stderr
+    assert expected.archive.stat().st_size > len(data)  # the new one, written at exit
+    assert not [p for p in expected.archive.parent.iterdir() if ".part" in p.name]
+
+
+def _same_findings(first: dict, second: dict, expected: dict[str, set[str]]) -> None:
+    """Two audits of the seeded topics found the same, and what was seeded."""
+    counts = {name: f["count"] for name, f in first["findings"].items()}
+    assert counts == {name: f["count"] for name, f in second["findings"].items()}
+    assert first["statistics"]["transactions"] == second["statistics"]["transactions"] == 45
+    for name in ("lost", "phantom", "duplicate", "partial", "stuck"):
+        assert set(second["findings"][name]["sample_txn_ids"]) == expected[name], name
+
+
 def _from_the_archive(classes_log: Path) -> int:
     """Classes the JVM mapped from the dynamic (top) archive, by its own class-loading log."""
     return classes_log.read_text().count("source: shared objects file (top)")
@@ -317,11 +367,7 @@ def test_the_second_audit_maps_the_archive_the_first_wrote_and_finds_the_same(
     second = _audit(kafka_bootstrap, seeded.prefix, tmp_path / "b", cache, tmp_path / "b.log")
     assert _from_the_archive(tmp_path / "b.log") > 5_000
     assert list(cache.glob("*.jsa")) == archives
-    counts = {name: f["count"] for name, f in first["findings"].items()}
-    assert counts == {name: f["count"] for name, f in second["findings"].items()}
-    assert first["statistics"]["transactions"] == second["statistics"]["transactions"] == 45
-    for name in ("lost", "phantom", "duplicate", "partial", "stuck"):
-        assert set(second["findings"][name]["sample_txn_ids"]) == seeded.expected[name], name
+    _same_findings(first, second, seeded.expected)
 
 
 @pytest.mark.integration
@@ -330,18 +376,8 @@ def test_the_second_audit_maps_the_archive_the_first_wrote_and_finds_the_same(
 def test_a_damaged_archive_is_deleted_and_the_audit_starts_again_writing_a_new_one(
     tmp_path: Path,
 ) -> None:
-    from checker.audit.session import (
-        cached_jars_dir,
-        class_cache_for,
-        connector_jars,
-        local_defaults,
-        merge_settings,
-    )
-
     cache = tmp_path / "class-cache"
-    # the cache the audit below will look for: its settings and jars name it
-    settings = merge_settings(local_defaults(), {})
-    expected = class_cache_for(cache, settings, connector_jars(cached_jars_dir()))
+    expected = _cache_the_audit_looks_for(cache)
     assert expected is not None
     # A real archive cut in half (as a full disk or a copy cut short leaves one): HotSpot
     # crashes (SIGBUS) mapping it, at every start.
@@ -350,21 +386,7 @@ def test_a_damaged_archive_is_deleted_and_the_audit_starts_again_writing_a_new_o
     assert java is not None
     subprocess.run([java, f"-XX:ArchiveClassesAtExit={whole}", "-version"], check=True,
                    capture_output=True, timeout=120)  # fmt: skip
-    data = whole.read_bytes()
-    expected.archive.write_bytes(data[: len(data) // 2])
-    done = subprocess.run(
-        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", "127.0.0.1:9",
-         "--timeout", "2s", "--master", "local[1]", "--out", str(tmp_path / "out"),
-         "--class-cache", str(cache)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    # Spark started (the second time): what stopped the audit is the broker nobody runs
-    assert done.returncode == 3, done.stderr[-3000:]
-    assert "Kafka at 127.0.0.1:9 did not answer" in done.stderr
-    assert "Spark could not start" not in done.stderr
-    assert "deleted it, starting again without it" in done.stderr
-    assert expected.archive.stat().st_size > len(data)  # the new one, written at exit
-    assert not list(cache.glob("*.part"))
+    _replaced_when_cut_in_half(expected, whole, tmp_path)
 
 
 @pytest.mark.integration
@@ -385,11 +407,7 @@ def test_on_jdk_25_the_second_audit_maps_the_aot_cache_the_first_wrote_and_finds
                     java_home=NEWER_JDK)  # fmt: skip
     assert _spark_from_shared_files(tmp_path / "b.log") > 2_000  # 5,664 here; 0 without
     assert list(cache.iterdir()) == caches
-    counts = {name: f["count"] for name, f in first["findings"].items()}
-    assert counts == {name: f["count"] for name, f in second["findings"].items()}
-    assert first["statistics"]["transactions"] == second["statistics"]["transactions"] == 45
-    for name in ("lost", "phantom", "duplicate", "partial", "stuck"):
-        assert set(second["findings"][name]["sample_txn_ids"]) == seeded.expected[name], name
+    _same_findings(first, second, seeded.expected)
 
 
 @pytest.mark.integration
@@ -398,39 +416,16 @@ def test_on_jdk_25_the_second_audit_maps_the_aot_cache_the_first_wrote_and_finds
 def test_on_jdk_25_a_damaged_aot_cache_is_deleted_and_the_audit_starts_again_writing_a_new_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from checker.audit.session import (
-        cached_jars_dir,
-        class_cache_for,
-        connector_jars,
-        local_defaults,
-        merge_settings,
-    )
-
     monkeypatch.setenv("JAVA_HOME", str(NEWER_JDK))
     cache = tmp_path / "class-cache"
-    # the cache the audit below will look for: its settings and jars name it
-    settings = merge_settings(local_defaults(), {})
-    expected = class_cache_for(cache, settings, connector_jars(cached_jars_dir()))
+    expected = _cache_the_audit_looks_for(cache)
     assert expected is not None and expected.aot
     # A real AOT cache cut in half: without AOTMode=on HotSpot would run on without it, every
     # time, and the audit would stay slow with nobody told.
     whole = tmp_path / "whole.aot"
     subprocess.run([str(NEWER_JDK / "bin" / "java"), f"-XX:AOTCacheOutput={whole}", "-version"],
                    check=True, capture_output=True, timeout=120)  # fmt: skip
-    data = whole.read_bytes()
-    expected.archive.write_bytes(data[: len(data) // 2])
-    done = subprocess.run(
-        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", "127.0.0.1:9",
-         "--timeout", "2s", "--master", "local[1]", "--out", str(tmp_path / "out"),
-         "--class-cache", str(cache)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    assert done.returncode == 3, done.stderr[-3000:]
-    assert "Kafka at 127.0.0.1:9 did not answer" in done.stderr
-    assert "Spark could not start" not in done.stderr
-    assert "deleted it, starting again without it" in done.stderr
-    assert expected.archive.stat().st_size > len(data)  # the new one, written at exit
-    assert not [p for p in cache.iterdir() if ".part" in p.name]
+    _replaced_when_cut_in_half(expected, whole, tmp_path)
 
 
 @pytest.mark.integration
@@ -440,16 +435,10 @@ def test_jvm_options_that_set_up_their_own_sharing_keep_the_cache_out_with_a_war
     tmp_path: Path,
 ) -> None:
     cache = tmp_path / "class-cache"
-    done = subprocess.run(
-        [sys.executable, "-m", "checker.audit", "--bootstrap-servers", "127.0.0.1:9",
-         "--timeout", "2s", "--master", "local[1]", "--out", str(tmp_path / "out"),
-         "--class-cache", str(cache), "--conf", "spark.driver.extraJavaOptions=-Xshare:off"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    # Spark started (with the user's -Xshare:off, no archive of ours beside it): what stopped
-    # the audit is the broker nobody runs
-    assert done.returncode == 3, done.stderr[-3000:]
-    assert "Kafka at 127.0.0.1:9 did not answer" in done.stderr
-    assert f"--class-cache {cache} is ignored" in done.stderr
-    assert "sets up its own (-Xshare:off)" in done.stderr
+    # Spark starts (with the user's -Xshare:off, no archive of ours beside it)
+    stderr = _audit_of_no_broker(
+        tmp_path, cache, "--conf", "spark.driver.extraJavaOptions=-Xshare:off"
+    )
+    assert f"--class-cache {cache} is ignored" in stderr
+    assert "sets up its own (-Xshare:off)" in stderr
     assert not cache.exists()
