@@ -30,7 +30,7 @@ from bench.config import BenchConfig
 from bench.model import Row, ScenarioResult, repeat_interleaved
 from bench.procs import Child, Context, unique
 from bench.services import Services
-from checker.audit.class_cache import AOT_JAVA, java_command, java_version
+from checker.audit.class_cache import AOT_JAVA, java_command, java_version, newest_jdk
 
 UNITS = {
     "audit_s": "s",
@@ -122,22 +122,18 @@ def run(services: Services, config: BenchConfig, ctx: Context) -> ScenarioResult
     seen: dict[int, list[dict[str, Any]]] = {major: [] for major in homes}
     cache = Path(tempfile.mkdtemp(prefix="audit-class-cache-"))  # ~200 MB each: not kept
 
-    def timed(major: int) -> dict[str, float]:
+    def on(major: int, warmup: bool) -> dict[str, float]:
+        runs = [] if warmup else seen[major]
         return audit_once(
-            services, ctx, prefix, seen[major], class_cache=cache, java_home=homes[major]
-        )
-
-    def warm(major: int) -> dict[str, float]:
-        return audit_once(
-            services, ctx, prefix, [], class_cache=cache, java_home=homes[major], warmup=True
+            services, ctx, prefix, runs, class_cache=cache, java_home=homes[major], warmup=warmup
         )
 
     try:
         measured = repeat_interleaved(
-            {str(major): functools.partial(timed, major) for major in homes},
+            {str(major): functools.partial(on, major, False) for major in homes},
             runs=config.runs,
             units=UNITS,
-            warmups={str(major): functools.partial(warm, major) for major in homes},
+            warmups={str(major): functools.partial(on, major, True) for major in homes},
         )
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -181,14 +177,8 @@ def javas() -> dict[int, Path | None]:
     found = java_version(java) if java else None
     if found is None:
         raise RuntimeError(f"no java runs here ({java or 'none on PATH'}): the audit needs one")
-    default = found[0]
-    homes: dict[int, Path | None] = {default: None}
-    newer: list[tuple[int, Path]] = []
-    for home in Path("/usr/lib/jvm").glob("*"):
-        version = java_version(str(home / "bin" / "java"))
-        if version is not None and version[0] >= AOT_JAVA and version[0] > default:
-            newer.append((version[0], home))
-    if newer:
-        major, home = max(newer)
-        homes[major] = home
+    homes: dict[int, Path | None] = {found[0]: None}
+    newer = newest_jdk(above=max(found[0], AOT_JAVA - 1))
+    if newer is not None:
+        homes[newer[0]] = newer[1]
     return homes

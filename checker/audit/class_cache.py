@@ -128,6 +128,21 @@ def java_version(java: str) -> tuple[int, str] | None:
     return major, text
 
 
+#: Where Debian (and the Temurin packages) put JDKs.
+JVM_DIR = Path("/usr/lib/jvm")
+
+
+def newest_jdk(*, above: int = AOT_JAVA - 1) -> tuple[int, Path] | None:
+    """The newest JDK under :data:`JVM_DIR` whose major version is above ``above`` (by default
+    one that writes an AOT cache), as (major, JAVA_HOME); None when there is none."""
+    found = []
+    for home in JVM_DIR.glob("*"):
+        version = java_version(str(home / "bin" / "java"))
+        if version is not None and version[0] > above:
+            found.append((version[0], home))
+    return max(found) if found else None
+
+
 def spark_jars_dir() -> Path | None:
     """The jars Spark's launcher puts on the JVM's class path: ``<SPARK_HOME>/jars``, with
     SPARK_HOME found as PySpark's own launcher finds it."""

@@ -27,6 +27,7 @@ from checker.audit.class_cache import (
     digest,
     java_command,
     java_version,
+    newest_jdk,
     own_sharing,
 )
 from checker.audit.errors import AuditConfigError
@@ -50,18 +51,10 @@ needs_dynamic_java = pytest.mark.skipif(
 )
 
 
-def _newer_jdk() -> Path | None:
-    """A JDK 25+ beside the default one (the project installs Java 17; many machines also have
-    a newer one under /usr/lib/jvm), for the ahead-of-time cache's end-to-end tests."""
-    found = []
-    for home in Path("/usr/lib/jvm").glob("*"):
-        version = java_version(str(home / "bin" / "java"))
-        if version is not None and version[0] >= AOT_JAVA:
-            found.append((version[0], home))
-    return max(found)[1] if found else None
-
-
-NEWER_JDK = _newer_jdk()
+#: A JDK 25+ beside the default one (the project installs Java 17; many machines also have a
+#: newer one under /usr/lib/jvm), for the ahead-of-time cache's end-to-end tests.
+_NEWEST = newest_jdk()
+NEWER_JDK = _NEWEST[1] if _NEWEST is not None else None
 needs_newer_jdk = pytest.mark.skipif(
     NEWER_JDK is None, reason=f"no JDK {AOT_JAVA}+ under /usr/lib/jvm for the AOT cache"
 )
