@@ -120,7 +120,9 @@ class TransactionalProducer:
 
         Raises:
             InvalidMessageError: bad input; nothing was sent and the local transaction not run.
-            HalfSendError: not acknowledged; the local transaction was not run.
+            HalfSendError: not acknowledged; the local transaction was not run, and the
+                transaction's ROLLBACK op was written (its records may be on the half topic:
+                the relay drops them, and no check asks the listener about them).
         """
         messages = _messages(msg)
         txn = OutboxTransaction(
@@ -128,7 +130,11 @@ class TransactionalProducer:
         )
         halves = [_build(txn, m) for m in messages]
         with self._checks.executing(txn.txn_id):
-            coordinates = txn.send_messages(halves, count=len(halves))
+            try:
+                coordinates = txn.send_messages(halves, count=len(halves))
+            except BaseException:
+                _not_run(txn)
+                raise
             if tracing.otel is None:
                 state = self._execute(txn, messages[0], arg)
             else:
@@ -182,7 +188,8 @@ class AsyncTransactionalProducer:
 
         Raises:
             InvalidMessageError: bad input; nothing was sent and the local transaction not run.
-            HalfSendError: not acknowledged; the local transaction was not run.
+            HalfSendError: not acknowledged; the local transaction was not run, and its
+                ROLLBACK op was written (as for a cancellation during the send).
         """
         messages = _messages(msg)
         # The listener's async check_local_transaction runs on this loop (the check endpoint
@@ -195,7 +202,11 @@ class AsyncTransactionalProducer:
         )
         halves = [_build(txn.core, m) for m in messages]
         with self._checks.executing(txn.txn_id):
-            coordinates = await txn.send_messages(halves, count=len(halves))
+            try:
+                coordinates = await txn.send_messages(halves, count=len(halves))
+            except BaseException:
+                await _not_run_async(txn)
+                raise
             if tracing.otel is None:
                 state = await self._execute(txn.txn_id, messages[0], arg)
             else:
@@ -244,6 +255,40 @@ def _messages(msg: Message | Sequence[Message]) -> list[Message]:
 def _build(txn: OutboxTransaction, m: Message) -> HalfMessage:
     delay = m.delay_level if m.delay_level is not None else m.deliver_at_ms
     return txn.build(m.topic, m.value, m.key, message_headers(m), delay=delay)
+
+
+def _not_run(txn: OutboxTransaction) -> None:
+    """The half send failed or was interrupted, so this transaction's local transaction never
+    runs: its ROLLBACK op, naming the records acknowledged (the relay drops every record of the
+    transaction by its id, acknowledged or not).
+
+    Without it a record that reached the half topic unacknowledged (a timeout, a lost answer)
+    waits for a check, and the listener answers from business data: after the application
+    retried the same operation as a new transaction, which committed, that answer is COMMIT and
+    the message is delivered twice. (RocketMQ writes no end-transaction when the half send
+    throws; the session forms write this ROLLBACK, :mod:`outbox.scope`.) A failure to write the
+    op is logged: the checker still decides, as before.
+    """
+    try:
+        txn.finish(LocalTransactionState.ROLLBACK)
+    except Exception:
+        _op_failed(txn.txn_id)
+
+
+async def _not_run_async(txn: AsyncOutboxTransaction) -> None:
+    """:func:`_not_run` for asyncio."""
+    try:
+        await txn.finish(LocalTransactionState.ROLLBACK)
+    except Exception:
+        _op_failed(txn.txn_id)
+
+
+def _op_failed(txn_id: str) -> None:
+    log.exception(
+        "the ROLLBACK op of %s, whose half send failed, was not written; the checker decides",
+        txn_id,
+        extra=fields(txn_id=txn_id),
+    )
 
 
 def _checked(txn_id: str, state: object) -> LocalTransactionState:

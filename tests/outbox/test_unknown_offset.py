@@ -24,20 +24,24 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
 from outbox import (
+    AsyncTransactionalProducer,
     LocalTransactionState,
     Message,
     OutboxProducer,
     OutboxSettings,
     TransactionalProducer,
+    TransactionSendResult,
 )
 from outbox.acks import Waiter
 from outbox.errors import HalfSendError
 from outbox.protocol import Header
 from outbox.protocol.states import OpState
 from relay import RelaySettings
+from tests.checker.test_checker import SECRET
 from tests.kafka_helpers import WithoutOffset, unique
 from tests.outbox.test_asyncio import async_factory
 from tests.outbox.test_listener_checks import OrdersListener, Plan
+from tests.pipeline import pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 from tests.relay.test_relay import RelayThread, read_topic, wait_for
 
@@ -234,3 +238,47 @@ def test_the_transactional_producer_sends_again_and_its_messages_are_delivered_o
     assert delivered_once(
         kafka_bootstrap, outbox_settings.topic_prefix, topic, result.transaction_id
     ) == values(order_id)
+
+
+@pytest.mark.parametrize("form", ["TransactionalProducer", "AsyncTransactionalProducer"])
+def test_a_listener_transaction_whose_half_send_failed_is_rolled_back_and_its_retry_delivered_once(
+    form: str,
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    engine: sa.Engine,
+    topics: Topics,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """RocketMQ's form runs no local transaction when its half send fails, but the records may
+    be on the half topic (here every attempt was written, its answer without an offset). With no
+    op, a check would ask the listener, which answers from the order's row: COMMIT once the
+    application's retry of the same order committed, and the order went out twice. The failed
+    transaction's own ROLLBACK op settles it first."""
+    order_id = f"order-{uuid.uuid4().hex[:10]}"
+    listener = OrdersListener(engine)
+    producer.serve_checks(engine=engine, secret=SECRET)
+    if form == "TransactionalProducer":
+        send = TransactionalProducer(producer, listener).send_message_in_transaction
+    else:
+        sender = AsyncTransactionalProducer(producer, listener)
+
+        def send(message: Message, arg: Plan) -> TransactionSendResult:
+            return asyncio.run(sender.send_message_in_transaction(message, arg))
+
+    with pipeline(kafka_bootstrap, topics, check_max=8) as running:
+        message = Message(running.topic, order_id, key=order_id)
+        # Given an order whose half send failed after its records reached the half topic
+        with monkeypatch.context() as patch:
+            offsets_unknown(patch, outbox_settings.send_attempts)
+            with pytest.raises(HalfSendError, match="acknowledged without an offset"):
+                send(message, Plan(True, LocalTransactionState.COMMIT))
+        [failed] = {h.txn_id for h in topics.halves() if h.message.value == order_id.encode()}
+        assert order_id not in order_ids(engine)  # its local transaction never ran
+        # When the application retries the order, and the retry commits
+        retried = send(message, Plan(True, LocalTransactionState.COMMIT)).transaction_id
+        # Then the failed transaction's own op rolled it back, no check asked the listener
+        # about it, and a read_committed reader gets the order once, beside its one row
+        assert running.decided([failed, retried]) == {failed: "ROLLBACK", retried: "COMMIT"}
+        running.agree(order_ids(engine), [order_id], [])
+        assert failed not in {view.transaction_id for view in listener.checked}
