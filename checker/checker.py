@@ -28,6 +28,7 @@ from checker.settings import CheckerSettings
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed
 from outbox import tracing
+from outbox.broker_clock import BrokerClock
 from outbox.errors import OutboxError
 from outbox.service_health import Health
 
@@ -37,8 +38,11 @@ log = logging.getLogger("checker")
 class Checker:
     """One checker instance: ``run()`` blocks until ``close()``."""
 
-    def __init__(self, settings: CheckerSettings) -> None:
+    def __init__(self, settings: CheckerSettings, *, clock: BrokerClock | None = None) -> None:
         self.settings = settings
+        #: The broker's time, which the checks' deadlines and the producers' heartbeats are
+        #: measured on (:class:`outbox.broker_clock.BrokerClock`, fed by the sessions' reads).
+        self.clock = clock or BrokerClock()
         self.names = settings.topics
         tracing.load()  # the OpenTelemetry API, if installed (checker.tracing)
         self.stats = CheckerStats()
@@ -85,6 +89,7 @@ class Checker:
                     stats=self.stats,
                     health=self.health,
                     closed=self._closed,
+                    clock=self.clock,
                 ).run()
             except (Restart, RoundFailed, KafkaException, OutboxError) as err:
                 self.health.set_ready(False, f"restarting after: {err}")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
+from outbox.broker_clock import BrokerClock
 from outbox.errors import ProtocolError
 from outbox.kafka_logging import log_to_python
 from outbox.protocol.registry import Registration, decode_registration
@@ -17,10 +17,19 @@ log = logging.getLogger("checker")
 
 
 class LiveInstances:
-    """Reads the registry topic from its start; an instance is live while its heartbeat is fresh."""
+    """Reads the registry topic from its start; an instance is live while its heartbeat is fresh:
+    its broker stamp within ``ttl_s`` of ``clock``'s now, which these reads keep current."""
 
-    def __init__(self, config: dict[str, Any], topic: str, ttl_s: float) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        topic: str,
+        ttl_s: float,
+        *,
+        clock: BrokerClock | None = None,
+    ) -> None:
         self.ttl_ms = int(ttl_s * 1000)
+        self.clock = clock or BrokerClock()
         self._seen: dict[bytes, tuple[Registration, int]] = {}
         self._consumer = Consumer(
             log_to_python(
@@ -30,7 +39,9 @@ class LiveInstances:
         self._consumer.assign([TopicPartition(topic, 0, 0)])
 
     def poll(self) -> None:
-        for msg in self._consumer.consume(1000, 0):
+        messages = self._consumer.consume(1000, 0)
+        self.clock.read(messages)
+        for msg in messages:
             key = msg.key()
             if msg.error() or key is None:
                 continue
@@ -45,7 +56,7 @@ class LiveInstances:
                 self._seen[key] = (reg, msg.timestamp()[1])
 
     def live(self, group: str, now_ms: int | None = None) -> list[Registration]:
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        now_ms = self.clock.now_ms() if now_ms is None else now_ms
         return [
             r
             for r, seen in self._seen.values()

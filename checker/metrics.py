@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import fields
 from typing import TYPE_CHECKING
@@ -49,7 +48,8 @@ class CheckerCollector:
             "outbox_checker_pending", "Undecided transactions held.", len(tracker.pending)
         )
         oldest = min((p.first_ms for p in tracker.pending.values()), default=None)
-        age = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000)
+        now_ms = self.checker.clock.now_ms()  # the records' clock (outbox.broker_clock)
+        age = 0.0 if oldest is None else max(0.0, (now_ms - oldest) / 1000)
         yield GaugeMetricFamily(
             "outbox_checker_oldest_pending_age_seconds", "Age of the oldest undecided one.", age
         )

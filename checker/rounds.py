@@ -96,7 +96,7 @@ class CheckRound:
             (group, batch)
             for group, entries in by_group.items()
             if self.breakers[group].allows(now_ms / 1000)  # paused groups stay due, unpenalised
-            for batch in self._requests(entries, plan)
+            for batch in self._requests(entries, plan, now_ms)
         ]
         # Back-pressure: at most this many requests per round; the rest stay due for the next.
         batches = batches[: self.settings.check_concurrency * 2]
@@ -124,7 +124,7 @@ class CheckRound:
     # -- asking ----------------------------------------------------------------------------
 
     def _requests(
-        self, entries: list[Pending], plan: RoundPlan
+        self, entries: list[Pending], plan: RoundPlan, now_ms: int
     ) -> list[list[tuple[Pending, CheckedTransaction]]]:
         """The check requests for one group's due transactions, each carrying the first half
         record in hand of every transaction it asks about (its ``check_by`` routes the check at
@@ -135,7 +135,7 @@ class CheckRound:
         for entry in entries:
             entry = self._with_records(entry)
             if not entry.records:
-                self._give_up(entry, "none of its half records is left to read", plan)
+                self._give_up(entry, "none of its half records is left to read", plan, now_ms)
                 continue
             first = entry.records[min(entry.records)]
             checked[entry.txn_id] = (
@@ -209,7 +209,7 @@ class CheckRound:
             self.stats.unknown += 1
             self.tracker.unknown(entry, now_ms)
             if entry.checks >= self.settings.check_max:
-                self._give_up(entry, f"still UNKNOWN after {entry.checks} checks", plan)
+                self._give_up(entry, f"still UNKNOWN after {entry.checks} checks", plan, now_ms)
             else:
                 plan.states.append((entry.partition, entry.txn_id, entry.count()))
 
@@ -228,6 +228,7 @@ class CheckRound:
             f"its producer answered COMMIT, but {why}; delivering the rest would deliver part "
             "of the transaction: re-send its messages from their source",
             plan,
+            now_ms,
             incomplete=True,
         )
 
@@ -237,7 +238,8 @@ class CheckRound:
         for entry in entries:
             started = entry.unreachable_since_ms is None
             if self.tracker.unreachable(entry, now_ms) >= limit_ms:
-                self._give_up(entry, f"no producer of group {entry.group!r} answered: {why}", plan)
+                reason = f"no producer of group {entry.group!r} answered: {why}"
+                self._give_up(entry, reason, plan, now_ms)
             elif started:  # when it began survives a restart, so the limit is the limit
                 plan.states.append((entry.partition, entry.txn_id, entry.count()))
 
@@ -245,7 +247,13 @@ class CheckRound:
         return with_records(entry, self.fetcher)
 
     def _give_up(
-        self, entry: Pending, reason: str, plan: RoundPlan, *, incomplete: bool = False
+        self,
+        entry: Pending,
+        reason: str,
+        plan: RoundPlan,
+        now_ms: int,
+        *,
+        incomplete: bool = False,
     ) -> None:
         """Dead-letter copies of its records, then the GIVEN_UP op, in the same round."""
         entry = self._with_records(entry)
@@ -263,7 +271,7 @@ class CheckRound:
         )
         for index in sorted(entry.records):
             plan.letters.append((entry.records[index], reason))
-        self._decide(entry, OpState.GIVEN_UP, reason, plan, int(time.time() * 1000), incomplete)
+        self._decide(entry, OpState.GIVEN_UP, reason, plan, now_ms, incomplete)
 
     def _decide(
         self,

@@ -34,6 +34,7 @@ from checker.settings import CheckerSettings
 from checker.tracing import written
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
+from outbox.broker_clock import BrokerClock
 from outbox.closing import close_each
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
@@ -63,6 +64,7 @@ class Session:
         client, refusals, breakers, stats: the parts that outlive a session.
         health: what ``/healthz`` and ``/readyz`` answer; the loop keeps it current.
         closed: set when the checker is asked to stop; the loop then returns.
+        clock: the broker's time, fed by this session's reads of every topic it reads.
     """
 
     def __init__(
@@ -76,8 +78,10 @@ class Session:
         stats: CheckerStats,
         health: Health,
         closed: threading.Event,
+        clock: BrokerClock,
     ) -> None:
         self.settings = settings
+        self.clock = clock
         self.names = settings.topics
         self.tracker = tracker
         self.stats = stats
@@ -107,7 +111,9 @@ class Session:
                 }
             )
         )
-        self.instances = LiveInstances(config, self.names.registry, settings.registry_ttl_s)
+        self.instances = LiveInstances(
+            config, self.names.registry, settings.registry_ttl_s, clock=clock
+        )
         self.fetcher = HalfFetcher(config, self.names.half)
         self.watermarks = Watermarks(config)
         #: None once the session has ended (:meth:`run` lets go of it).
@@ -143,8 +149,10 @@ class Session:
         try:
             while not self.closed.is_set():
                 self.health.touch()
-                for msg in self.consumer.consume(1000, 0.2):
+                messages = self.consumer.consume(1000, 0.2)
+                for msg in messages:
                     self._route(msg)
+                self.clock.read(messages)
                 if self._assign_error is not None:
                     raise Restart(f"cannot take the assigned partitions: {self._assign_error}")
                 self._update_ready()
@@ -293,14 +301,16 @@ class Session:
             positions = self.consumer.position([TopicPartition(self.names.half, p) for p in ends])
             if all(tp.offset >= ends[tp.partition] for tp in positions):
                 return True
-            for msg in self.consumer.consume(1000, 0.2):
+            messages = self.consumer.consume(1000, 0.2)
+            for msg in messages:
                 self._route(msg)
+            self.clock.read(messages)
         return False
 
     # -- writing ---------------------------------------------------------------------------
 
     def _round(self) -> None:
-        plan = self.round.plan(int(time.time() * 1000))
+        plan = self.round.plan(self.clock.now_ms())
         plan.states += [(p, t, None) for p, t in self.tombstones]
         due_commit = time.monotonic() - self.committed_at >= COMMIT_EVERY_S
         if not plan and not (due_commit and self.assigned):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from prometheus_client import Histogram
 
+from outbox.broker_clock import BrokerClock
 from outbox.fetch import HalfFetcher
 from outbox.service_health import Health
 from outbox.watermarks import Watermarks
@@ -68,6 +69,7 @@ class BatchCommitter:
         accounting: Accounting,
         health: Health,
         commit_seconds: Histogram,
+        clock: BrokerClock,
     ) -> None:
         self.settings = settings
         self.names = settings.topics
@@ -82,6 +84,7 @@ class BatchCommitter:
         self.accounting = accounting
         self.health = health
         self.commit_seconds = commit_seconds
+        self.clock = clock
         self._promotable = functools.partial(refusals.promotable, topics)
 
     def commit(self, timeout: float | None = None) -> None:
@@ -128,7 +131,7 @@ class BatchCommitter:
         """The partition's batch, once every record it needs was read back by offset."""
         while True:
             result = state.take(
-                int(time.time() * 1000),
+                self.clock.now_ms(),  # the records' clock: a host's ahead puts back early
                 put_back_after_ms=int(self.settings.put_back_after_s * 1000),
                 log_end=self.ends.log_end(self.consumer, partition),
                 verified_end=self.ends.verified_end(

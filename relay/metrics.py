@@ -10,12 +10,12 @@ or ``outbox_relay_conflicting_ops_total``, ``outbox_relay_lag_records`` growing,
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from outbox.broker_clock import BrokerClock
 from relay.accounting import Accounting
 from relay.partitions import Partitions
 
@@ -47,7 +47,7 @@ class RelayMetrics:
     thread: both are made to be read from there.
     """
 
-    def __init__(self, accounting: Accounting, partitions: Partitions) -> None:
+    def __init__(self, accounting: Accounting, partitions: Partitions, clock: BrokerClock) -> None:
         self.registry = CollectorRegistry()
         self.commit_seconds = Histogram(
             "outbox_relay_kafka_txn_commit_seconds",
@@ -55,16 +55,17 @@ class RelayMetrics:
             registry=self.registry,
             buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10),
         )
-        self.registry.register(_Collector(accounting, partitions))
+        self.registry.register(_Collector(accounting, partitions, clock))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
 
 class _Collector:
-    def __init__(self, accounting: Accounting, partitions: Partitions) -> None:
+    def __init__(self, accounting: Accounting, partitions: Partitions, clock: BrokerClock) -> None:
         self.accounting = accounting
         self.partitions = partitions
+        self.clock = clock
 
     def collect(self) -> Iterator[Metric]:
         accounting = self.accounting
@@ -96,7 +97,7 @@ class _Collector:
             "Broker-time age of the oldest undecided half record.",
             labels=["partition"],
         )
-        now = time.time()
+        now = self.clock.now_ms() / 1000
         for p, state in states.items():
             pending.add_metric([str(p)], state.pending_records)
             held.add_metric([str(p)], state.held)

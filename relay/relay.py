@@ -23,6 +23,7 @@ import threading
 from confluent_kafka import KafkaException
 
 from outbox import tracing
+from outbox.broker_clock import BrokerClock
 from outbox.errors import OutboxError
 from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
@@ -48,9 +49,17 @@ class Relay:
         settings: what the instance needs.
         flow_control: how reading the op partitions pauses and resumes. Defaults to a
             :class:`FlowControl` with ``settings.max_queued_ops``.
+        clock: the broker's time, for the put-back of pending transactions
+            (:class:`outbox.broker_clock.BrokerClock`, which the relay feeds from its reads).
     """
 
-    def __init__(self, settings: RelaySettings, *, flow_control: FlowControl | None = None) -> None:
+    def __init__(
+        self,
+        settings: RelaySettings,
+        *,
+        flow_control: FlowControl | None = None,
+        clock: BrokerClock | None = None,
+    ) -> None:
         self.settings = settings
         self.names = settings.topics
         tracing.load()  # the OpenTelemetry API, if installed (relay.tracing)
@@ -62,7 +71,8 @@ class Relay:
         self.ends = LogEnds(self.names.half)
         self.writer = Writer(self.names, self.ends, group_id=settings.group_id)
         self.flow_control = flow_control or FlowControl(self.names.op, settings.max_queued_ops)
-        self.metrics = RelayMetrics(self.accounting, self.partitions)
+        self.clock = clock or BrokerClock()
+        self.metrics = RelayMetrics(self.accounting, self.partitions, self.clock)
         self._closed = threading.Event()
         self._http: ServiceEndpoint | None = None
 
@@ -104,6 +114,7 @@ class Relay:
             accounting=self.accounting,
             health=self.health,
             commit_seconds=self.metrics.commit_seconds,
+            clock=self.clock,
         )
         try:
             session.run()

@@ -16,6 +16,7 @@ import time
 from confluent_kafka import Consumer, Producer
 from prometheus_client import Histogram
 
+from outbox.broker_clock import BrokerClock
 from outbox.closing import close_each
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
@@ -60,6 +61,7 @@ class Session:
         accounting: Accounting,
         health: Health,
         commit_seconds: Histogram,
+        clock: BrokerClock,
     ) -> None:
         self.settings = settings
         self.names = settings.topics
@@ -72,6 +74,7 @@ class Session:
         self.accounting = accounting
         self.health = health
         self.commit_seconds = commit_seconds
+        self.clock = clock
 
     def run(self) -> None:
         """Until ``closed`` is set (the open batch is committed first) or the clients fail.
@@ -129,6 +132,7 @@ class Session:
                 accounting=self.accounting,
                 health=self.health,
                 commit_seconds=self.commit_seconds,
+                clock=self.clock,
             )
             self._loop(consumer, rebalance, Router(consumer, self.names, self.partitions), batches)
         finally:
@@ -160,6 +164,7 @@ class Session:
                 raise Restart(f"cannot take the assigned partitions: {err}") from err
             for msg in messages:
                 route(msg)
+            self.clock.read(messages)
             read += len(messages)
             self.flow_control.update(consumer, self.partitions.states)
             now = time.monotonic()

@@ -51,6 +51,7 @@ def spark(harness_settings: HarnessSettings) -> Iterator[object]:
 
 
 # Fixtures shared by the producer, relay and checker tests.
+from tests.clock_fixtures import skewed_clock  # noqa: E402, F401
 from tests.producer_fixtures import (  # noqa: E402, F401
     doomed_kafka,
     engine,

@@ -6,13 +6,17 @@ real host's, is untouched): the request timestamps it accepts, its evidence rows
 transaction ids it would create all read the wrong time. Check timing already uses the broker's
 clock; the check's signature must not depend on the producer's clock either, while a stale,
 replayed or tampered request is still refused.
+
+The checker's own host may be the one whose clock is off: ``python -m checker`` under the same
+shim still finds the live producers and decides by their answers (a relay ahead:
+tests/relay/test_relay_clock_skew.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -31,33 +35,18 @@ from outbox import OutboxProducer
 from outbox.checks.auth import sign
 from outbox.protocol import new_transaction_id
 from outbox.protocol.check import CHECK_PATH, CheckedTransaction, encode_request, new_nonce
-from outbox.testing import HarnessSettings
-from tests.checker.test_checker import SECRET
+from outbox.protocol.states import TERMINAL_STATES
+from relay import RelaySettings
+from tests.checker.processes import CheckerProcess
+from tests.checker.test_checker import SECRET, wait_for
+from tests.clock_fixtures import SKEW_S, skewed_env
+from tests.kafka_helpers import create_topic, unique
 from tests.pipeline import ops_lost, pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
+from tests.relay.test_relay import RelayThread, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.processes]
 CHILD = Path(__file__).with_name("skewed_endpoint.py")
-SKEW_S = 600
-
-
-@pytest.fixture(scope="session")
-def skewed_clock(
-    tmp_path_factory: pytest.TempPathFactory, harness_settings: HarnessSettings
-) -> Path:
-    """The shim, built with gcc."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        message = "gcc is not installed (it builds tests/checker/skewed_clock.c); run `make setup`"
-        if harness_settings.ci:
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
-    built = tmp_path_factory.mktemp("skewed-clock") / "skewed_clock.so"
-    source = CHILD.with_name("skewed_clock.c")
-    subprocess.run(
-        [gcc, "-shared", "-fPIC", "-O2", "-o", str(built), str(source), "-ldl"], check=True
-    )
-    return built
 
 
 @pytest.fixture
@@ -73,8 +62,7 @@ def skewed_endpoint(
         env={
             **os.environ,
             "PYTHONPATH": str(CHILD.parents[2]),
-            "LD_PRELOAD": str(skewed_clock),
-            "SKEWED_CLOCK_SECONDS": str(SKEW_S),
+            **skewed_env(skewed_clock),
         },
     )
     try:
@@ -111,7 +99,7 @@ def test_a_kafka_client_on_the_skewed_clock_keeps_its_timeouts(
     waits until wall-clock deadlines, which a real host's kernel reads from the same wrong
     clock. Before the shim took the skew off those deadlines, ``poll(0.5)`` took 10 minutes and
     a message to a new topic stayed undelivered, so the endpoint's heartbeat could go unseen."""
-    env = {**os.environ, "LD_PRELOAD": str(skewed_clock), "SKEWED_CLOCK_SECONDS": str(SKEW_S)}
+    env = {**os.environ, **skewed_env(skewed_clock)}
     try:
         done = subprocess.run(
             [sys.executable, "-c", ON_TIME, kafka_bootstrap],
@@ -186,3 +174,84 @@ def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+def test_a_checker_whose_clock_is_ten_minutes_ahead_still_finds_the_producers_and_resolves(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    engine: sa.Engine,
+    topics: Topics,
+    skewed_clock: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The checker's own host 10 minutes ahead: a producer's heartbeat, stamped by the broker,
+    looked 10 minutes old to it, so no instance was live, nobody was asked, and every
+    transaction whose op was lost was given up after ``no_producer_timeout_s`` (its committed
+    messages on the dead-letter topic). It now measures heartbeats and checks on the broker's
+    clock (``outbox.broker_clock``)."""
+    producer.serve_checks(engine=engine, secret=SECRET)  # this process: the right clock
+    checker = CheckerProcess(
+        kafka_bootstrap,
+        topics.settings.topic_prefix,
+        unique("checker"),
+        "ahead",
+        tmp_path / "checker.log",
+        no_producer_timeout_s=20,
+    )
+    checker.env |= skewed_env(skewed_clock)
+    topic = unique("orders")
+    create_topic(kafka_bootstrap, topic, partitions=3)
+    relay = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap,
+            topic_prefix=topics.settings.topic_prefix,
+            group_id=unique("relay"),
+        )
+    )
+    checker.start()
+    try:
+        # Given a committed and a rolled-back transaction whose op records were lost
+        ids = {kind: f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("committed", "declined")}
+        txn_ids: dict[str, str] = {}
+
+        @outbox.transactional(producer=producer, session_factory=session_factory)
+        def place(kind: str, *, session: Session) -> None:
+            txn_ids[kind] = outbox.current_transaction().txn_id
+            outbox.send(topic, ids[kind], key=ids[kind])
+            session.execute(orders.insert().values(id=ids[kind], amount=1))
+            if kind == "declined":
+                raise LookupError(kind)
+
+        with ops_lost(producer, monkeypatch):
+            place("committed")
+            with pytest.raises(LookupError):
+                place("declined")
+        # Then the checker ahead asks this producer and decides each by its answer
+        wanted = {txn_ids["committed"]: "COMMIT", txn_ids["declined"]: "ROLLBACK"}
+        wait_for(lambda: len(_first_ops(topics, wanted)) == 2, 60)
+        assert _first_ops(topics, wanted) == wanted, checker.log.read_text()[-3000:]
+        # and a read_committed reader gets the committed order once, beside its row
+        wait_for(lambda: bool(read_topic(kafka_bootstrap, topic)), 60)
+        time.sleep(2)  # a repeat would have come by now
+        assert [m.value() for m in read_topic(kafka_bootstrap, topic)] == [
+            ids["committed"].encode()
+        ]
+        assert set(order_ids(engine)) & set(ids.values()) == {ids["committed"]}
+    finally:
+        try:
+            checker.signal(signal.SIGTERM)
+            assert checker.proc is not None
+            checker.proc.wait(30)
+        finally:
+            relay.stop()
+
+
+def _first_ops(topics: Topics, wanted: dict[str, str]) -> dict[str, str]:
+    """Each wanted transaction's first terminal op's state."""
+    first: dict[str, str] = {}
+    for op in topics.ops():
+        if op.txn_id in wanted and op.state in TERMINAL_STATES:
+            first.setdefault(op.txn_id, op.state.value)
+    return first
