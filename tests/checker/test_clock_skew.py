@@ -129,21 +129,7 @@ def test_a_producer_whose_clock_is_ten_minutes_off_has_its_transactions_resolved
     assert their_clock - time.time() > SKEW_S - 60  # the endpoint's clock really is ahead
     # Given a committed and a rolled-back transaction whose op records were lost
     with pipeline(kafka_bootstrap, topics, no_producer_timeout_s=20) as running:
-        ids = {kind: f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("committed", "declined")}
-        txn_ids: dict[str, str] = {}
-
-        @outbox.transactional(producer=producer, session_factory=session_factory)
-        def place(kind: str, *, session: Session) -> None:
-            txn_ids[kind] = outbox.current_transaction().txn_id
-            outbox.send(running.topic, ids[kind], key=ids[kind])
-            session.execute(orders.insert().values(id=ids[kind], amount=1))
-            if kind == "declined":
-                raise LookupError(kind)
-
-        with ops_lost(producer, monkeypatch):
-            place("committed")
-            with pytest.raises(LookupError):
-                place("declined")
+        ids, txn_ids = _ops_lost(producer, session_factory, running.topic, monkeypatch)
         # Then the checker, told the endpoint's clock, resolves both from its answers
         decided = running.decided(txn_ids.values(), timeout=60)
         assert decided == {txn_ids["committed"]: "COMMIT", txn_ids["declined"]: "ROLLBACK"}
@@ -213,21 +199,7 @@ def test_a_checker_whose_clock_is_ten_minutes_ahead_still_finds_the_producers_an
     checker.start()
     try:
         # Given a committed and a rolled-back transaction whose op records were lost
-        ids = {kind: f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("committed", "declined")}
-        txn_ids: dict[str, str] = {}
-
-        @outbox.transactional(producer=producer, session_factory=session_factory)
-        def place(kind: str, *, session: Session) -> None:
-            txn_ids[kind] = outbox.current_transaction().txn_id
-            outbox.send(topic, ids[kind], key=ids[kind])
-            session.execute(orders.insert().values(id=ids[kind], amount=1))
-            if kind == "declined":
-                raise LookupError(kind)
-
-        with ops_lost(producer, monkeypatch):
-            place("committed")
-            with pytest.raises(LookupError):
-                place("declined")
+        ids, txn_ids = _ops_lost(producer, session_factory, topic, monkeypatch)
         # Then the checker ahead asks this producer and decides each by its answer
         wanted = {txn_ids["committed"]: "COMMIT", txn_ids["declined"]: "ROLLBACK"}
         wait_for(lambda: len(_first_ops(topics, wanted)) == 2, 60)
@@ -255,3 +227,29 @@ def _first_ops(topics: Topics, wanted: dict[str, str]) -> dict[str, str]:
         if op.txn_id in wanted and op.state in TERMINAL_STATES:
             first.setdefault(op.txn_id, op.state.value)
     return first
+
+
+def _ops_lost(
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    topic: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """A committed and a rolled-back order, one message each to ``topic``, their op records
+    lost: the order ids and the transaction ids, by kind (``committed``, ``declined``)."""
+    ids = {kind: f"{kind}-{uuid.uuid4().hex[:8]}" for kind in ("committed", "declined")}
+    txn_ids: dict[str, str] = {}
+
+    @outbox.transactional(producer=producer, session_factory=session_factory)
+    def place(kind: str, *, session: Session) -> None:
+        txn_ids[kind] = outbox.current_transaction().txn_id
+        outbox.send(topic, ids[kind], key=ids[kind])
+        session.execute(orders.insert().values(id=ids[kind], amount=1))
+        if kind == "declined":
+            raise LookupError(kind)
+
+    with ops_lost(producer, monkeypatch):
+        place("committed")
+        with pytest.raises(LookupError):
+            place("declined")
+    return ids, txn_ids
