@@ -24,7 +24,7 @@ from outbox.logs import fields
 from outbox.nesting import current, joined, opened, reset
 from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
-from outbox.session_guard import SessionGuard
+from outbox.session_guard import SessionGuard, may_send
 from outbox.transaction import OutboxTransaction, TransactionHost
 from outbox.witnesses import witness_commit
 
@@ -53,7 +53,10 @@ async def run_async(
     if producer.known_partitions is None:  # read once per producer: a blocking request
         await asyncio.to_thread(lambda: producer.partitions)
     txn = AsyncOutboxTransaction(
-        producer, on_sent=_on_sent_async(db), in_flight=write_while_sending(db.sync_session)
+        producer,
+        on_sent=_on_sent_async(db),
+        may_send=may_send(db.sync_session),
+        in_flight=write_while_sending(db.sync_session),
     )
     txn.session = db
     if statement is not None:
@@ -104,6 +107,10 @@ async def run_async(
                 commit_failed(txn.core, f"was interrupted ({type(err).__name__}) once it began")
             if not discarded:
                 await discard_connections_async(db, txn.txn_id)
+        elif txn.state is None and guard is not None and guard.ended_under_it():
+            await txn.close()  # a send under way: its records are the checker's to decide
+            commit_failed(txn.core, "was made or undone through the session's connection")
+            await discard_connections_async(db, txn.txn_id)
         elif txn.state is None:
             try:
                 await txn.close()  # a send under way lands in what is rolled back

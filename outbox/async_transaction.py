@@ -45,12 +45,17 @@ class AsyncOutboxTransaction:
         producer: TransactionHost,
         *,
         on_sent: OnSent | None = None,
+        may_send: Callable[[], None] | None = None,
         in_flight: bool = False,
         check_immunity_s: int | None = None,
         check_by: CheckBy = CheckBy.EVIDENCE,
     ) -> None:
         self.core = OutboxTransaction(
-            producer, in_flight=in_flight, check_immunity_s=check_immunity_s, check_by=check_by
+            producer,
+            may_send=may_send,
+            in_flight=in_flight,
+            check_immunity_s=check_immunity_s,
+            check_by=check_by,
         )
         #: The local transaction's session (decorator and context-manager forms).
         self.session: AsyncSession | None = None

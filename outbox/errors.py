@@ -164,6 +164,14 @@ class TransactionStatementError(CommitInsideTransactionError):
     the transaction is rolled back."""
 
 
+class TransactionEndedError(OutboxError):
+    """Raised when the session's database transaction was committed or rolled back under it,
+    through its ``Connection`` (``session.connection().commit()``, ``.rollback()``,
+    ``.close()``), which no session event reports: the outbox cannot tell which, so the
+    checker decides from the evidence row (what committed before it is delivered with its
+    messages), and the rest rolls back."""
+
+
 class AutocommitSessionError(ConfigurationError):
     """Raised when an outbox transaction's session commits each statement on its own
     (``AUTOCOMMIT``), before the transaction's first statement runs; raised again at its end if

@@ -50,7 +50,7 @@ from outbox.nesting import (
 )
 from outbox.other_databases import refuse_sharded, watch_held
 from outbox.protocol.states import LocalTransactionState
-from outbox.session_guard import SessionGuard
+from outbox.session_guard import SessionGuard, may_send
 from outbox.transaction import OutboxTransaction, TransactionHost
 from outbox.witnesses import witness_commit
 
@@ -144,7 +144,9 @@ def run_sync(
         return
     db, own = opened(Session, session, "a `with` block needs a SQLAlchemy Session or sessionmaker")
     refuse_sharded(db)
-    txn = OutboxTransaction(producer, on_sent=_on_sent(db), in_flight=write_while_sending(db))
+    txn = OutboxTransaction(
+        producer, on_sent=_on_sent(db), may_send=may_send(db), in_flight=write_while_sending(db)
+    )
     txn.session = db
     if statement is not None:
         opened_by(txn, statement)
@@ -194,6 +196,11 @@ def run_sync(
                 commit_failed(txn, f"was interrupted ({type(err).__name__}) once it began")
             if not discarded:
                 discard_connections(db.invalidate, txn.txn_id)
+        elif txn.state is None and guard is not None and guard.ended_under_it():
+            # Committed or rolled back through its connection: which, the evidence row tells
+            # the checker; what ran after, in a transaction the session does not know, goes.
+            commit_failed(txn, "was made or undone through the session's connection")
+            discard_connections(db.invalidate, txn.txn_id)
         elif txn.state is None:
             try:
                 db.rollback()

@@ -22,6 +22,15 @@ fine. ``session.commit()`` inside the transaction is refused on the spot
 (:class:`~outbox.errors.CommitInsideTransactionError`), before the database commits anything,
 and the transaction is rolled back when it ends even if the caller caught the error.
 
+The session's ``Connection`` used directly - ``session.connection().commit()``, ``.rollback()``,
+``.close()`` - ends the database transaction with no session event, so it cannot be refused
+before it runs. The session still holds that transaction, inactive: the next send is refused
+(:class:`~outbox.errors.TransactionEndedError`, before any of it is sent) and so is the
+outbox's COMMIT. Whether the work before the call committed, the guard cannot tell; its
+evidence row can: no op is written, the checker asks, and the messages sent before the call
+follow that work. What ran after it is rolled back. (Savepoints begun and rolled back through
+the connection or as SQL are followed by their statements: :mod:`outbox.transaction_statements`.)
+
 The guard hangs off ``Session.info`` and listens through three class-level SQLAlchemy session
 events, registered once; a session the outbox does not run costs a dictionary lookup.
 """
@@ -34,7 +43,11 @@ from collections.abc import Callable
 from sqlalchemy import event
 from sqlalchemy.orm import Session, SessionTransaction
 
-from outbox.errors import CommitInsideTransactionError, SendRolledBackError
+from outbox.errors import (
+    CommitInsideTransactionError,
+    SendRolledBackError,
+    TransactionEndedError,
+)
 
 _KEY = "outbox.guard"
 
@@ -89,6 +102,12 @@ class SessionGuard:
         """``connection`` is watched until the transaction ends; then ``stop()`` is called."""
         self._watched[connection] = stop
 
+    @property
+    def sends(self) -> int:
+        """How many sends the transaction made so far (a savepoint holds those made after it
+        began: :mod:`outbox.transaction_statements`)."""
+        return self._sends
+
     def sent(self) -> None:
         """A half message was sent: the scopes open now must end in the outbox's commit."""
         self._sends += 1
@@ -98,6 +117,42 @@ class SessionGuard:
                 self._scopes.append(scope)
             scope = scope.parent
 
+    def broke(self, what: str) -> None:
+        """``what`` (a rollback) undid work a half message was sent in: :meth:`check` raises
+        :class:`~outbox.errors.SendRolledBackError` saying so."""
+        if self._broken is None:
+            self._broken = what
+
+    def ended_under_it(self) -> bool:
+        """Whether a database transaction the session began was committed or rolled back
+        through its ``Connection`` (``session.connection().commit()``, ``.rollback()``,
+        ``.close()``), which no session event reports: the session still holds it, inactive,
+        and what runs next runs in a new one the outbox never commits. Which of the two it was
+        cannot be told here: the evidence row, committed with it or not, answers a check. Reads
+        the session's state only (no statement), so asyncio code calls it directly."""
+        root = self.session.get_transaction()
+        if root is None or not root.is_active:
+            return False  # nothing begun, or rolled back by the session itself (a failed flush)
+        # SQLAlchemy 1.4-2.1's table of the root's connections: (connection, its transaction,
+        # ...), twice each (by connection and by engine); nothing when that table is gone
+        for entry in getattr(root, "_connections", {}).values():
+            transaction = entry[1]
+            if transaction is not None and not transaction.is_active:
+                return True
+        return False
+
+    def may_send(self) -> None:
+        """Before a send's records are handed to Kafka: refuse it once the session's database
+        transaction was ended under it (:meth:`ended_under_it`). Its work would run in a
+        database transaction the outbox does not commit, while its message joined those of the
+        work before, which may have committed.
+
+        Raises:
+            TransactionEndedError: so; nothing of the send was sent.
+        """
+        if self.ended_under_it():
+            raise self.refuse(TransactionEndedError(_ended_message(self.txn_id)))
+
     def check(self) -> None:
         """Raise, before the outbox commits, when the transaction is no longer whole.
 
@@ -106,10 +161,14 @@ class SessionGuard:
                 AutocommitSessionError, ExternalTransactionError: the session cannot carry
                 it; MultipleDatabasesError: it wrote a second database (the first of these,
                 :meth:`refuse`).
+            TransactionEndedError: the session's database transaction was committed or
+                rolled back through its connection.
             SendRolledBackError: a rollback undid a scope a half message was sent in.
         """
         if self._refused is not None:
             raise self._refused
+        if self.ended_under_it():
+            raise self.refuse(TransactionEndedError(_ended_message(self.txn_id)))
         if self._broken is not None:
             raise SendRolledBackError(
                 f"transaction {self.txn_id}: {self._broken} after a half message was sent in "
@@ -146,15 +205,38 @@ class SessionGuard:
         raise self.refuse(CommitInsideTransactionError(_commit_message(self.txn_id)))
 
     def _rolled_back(self, scope: SessionTransaction) -> None:
-        if self._broken is None and any(s is scope for s in self._scopes):
-            what = "a savepoint was rolled back" if scope.nested else "the session rolled back"
-            self._broken = what
+        if any(s is scope for s in self._scopes):
+            self.broke("a savepoint was rolled back" if scope.nested else "the session rolled back")
 
     def _ended(self, scope: SessionTransaction) -> None:
         if self._committing or scope.parent is not None or self._broken is not None:
             return
         if any(s is scope for s in self._scopes):
             self._broken = "the session's transaction ended (rolled back or closed)"
+
+
+def may_send(session: Session) -> Callable[[], None]:
+    """What a transaction on ``session`` asks before each send (built before its guard is
+    attached): :meth:`SessionGuard.may_send`, when a guard watches it."""
+
+    def check() -> None:
+        guard = SessionGuard.of(session)
+        if guard is not None:
+            guard.may_send()
+
+    return check
+
+
+def _ended_message(txn_id: str) -> str:
+    return (
+        f"transaction {txn_id}: the session's database transaction was committed or rolled "
+        "back through its connection (session.connection().commit(), .rollback() or .close() "
+        "inside the outbox transaction), which the outbox cannot prevent: what ran before that "
+        "call is committed or undone with it, and its messages follow it (the checker asks the "
+        "evidence row); what ran after it is rolled back and no message of it is sent. Remove "
+        "the call: the outbox commits when the decorated function returns (or the `with` block "
+        "ends); use session.flush() to send SQL early"
+    )
 
 
 def _commit_message(txn_id: str) -> str:

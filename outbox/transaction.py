@@ -77,6 +77,7 @@ class OutboxTransaction:
         producer: TransactionHost,
         *,
         on_sent: Callable[[OutboxTransaction, bool], None] | None = None,
+        may_send: Callable[[], None] | None = None,
         in_flight: bool = False,
         check_immunity_s: int | None = None,
         check_by: CheckBy = CheckBy.EVIDENCE,
@@ -89,6 +90,9 @@ class OutboxTransaction:
         #: The local transaction's session (decorator and context-manager forms).
         self.session: Session | None = None
         self._on_sent = on_sent
+        #: Asked before each send's records are built; raises to refuse the send (the
+        #: session's database transaction ended under it: :mod:`outbox.session_guard`).
+        self._may_send = may_send
         #: Whether ``on_sent`` runs while a send's records travel (see :meth:`_sent`) rather
         #: than once they are acknowledged.
         self.in_flight = in_flight
@@ -389,8 +393,11 @@ class OutboxTransaction:
             TransactionTooLargeError: the transaction would pass
                 ``max_messages_per_transaction``; nothing of ``messages`` was sent.
             MessageTooLargeError: a message's record would pass ``max_record_bytes``.
+            TransactionEndedError: the session's database transaction ended under it.
         """
         self._check_open()
+        if self._may_send is not None:
+            self._may_send()
         limit = self.producer.settings.max_messages_per_transaction
         if len(self.offsets) + len(messages) > limit:
             raise TransactionTooLargeError(

@@ -15,6 +15,16 @@ Such a statement over the evidence row's connection is refused before it runs
 rolls back when it ends, even if the caller caught the error. ``ROLLBACK TO SAVEPOINT`` and
 ``RELEASE SAVEPOINT`` (what ``begin_nested()`` runs) are not refused, nor is a ``BEGIN`` (a
 no-op warning on PostgreSQL, an error on SQLite).
+
+Savepoints are followed here too, by their statements: ``SAVEPOINT name`` marks how many sends
+the transaction had made, ``ROLLBACK TO [SAVEPOINT] name`` after a send since that mark undoes
+work a half message was sent in. The session's own savepoints (``session.begin_nested()``) are
+seen by its events as well (:mod:`outbox.session_guard`); these statements are also what a Core
+savepoint on the session's connection runs (``session.connection().begin_nested()``) and what
+code writes as SQL, which no session event reports. The rollback runs (the caller asked for
+it), and the transaction is refused when it ends: :class:`~outbox.errors.SendRolledBackError`.
+A savepoint named in no ``SAVEPOINT`` seen (begun before the watch) counts as holding every
+send.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import sqlalchemy as sa
 
 from outbox import statement_watch
 from outbox.errors import TransactionStatementError
+from outbox.savepoints import Savepoints
 from outbox.session_guard import SessionGuard
 
 #: What comes before a statement's first keyword: blanks, parentheses and comments (no comment
@@ -40,9 +51,43 @@ _ENDS = frozenset(["COMMIT", "END", "ABORT"])
 CACHED_LENGTH = 2048
 
 
+#: A savepoint's name: quoted (``"..."``, MySQL's backquotes) or a bare word.
+_NAME = r'("(?:[^"]|"")*"|`(?:[^`]|``)*`|[^\s;"`]+)'
+_SAVEPOINT = re.compile(LEADING + r"SAVEPOINT\s+" + _NAME, re.I)
+_ROLLBACK_TO = re.compile(
+    LEADING + r"ROLLBACK(?:\s+(?:WORK|TRANSACTION))?\s+TO\s+(?:SAVEPOINT\s+)?" + _NAME, re.I
+)
+_RELEASE = re.compile(LEADING + r"RELEASE\s+(?:SAVEPOINT\s+)?" + _NAME, re.I)
+
+#: Where one statement of a text ends and the next begins: a ``;`` outside a string, a quoted
+#: name, a comment or a dollar-quoted body (those are matched whole, to be skipped).
+_PARTS = re.compile(
+    r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|--[^\n]*|/\*(?:[^*]|\*(?!/))*\*/"""
+    r"|\$\$.*?\$\$|\$([A-Za-z_]\w*)\$.*?\$\1\$|;",
+    re.S,
+)
+
+#: What a statement does to the transaction it runs in (:func:`steps`).
+END = "end"
+SAVEPOINT = "savepoint"
+ROLLBACK_TO = "rollback to"
+RELEASE = "release"
+
+Step = tuple[str, str]
+
+
 def ends_transaction(statement: str) -> bool:
-    """Whether ``statement`` commits, rolls back or prepares the transaction it runs in (not a
-    savepoint's ``ROLLBACK TO``).
+    """Whether ``statement`` (any of the statements of its text) commits, rolls back or
+    prepares the transaction it runs in (not a savepoint's ``ROLLBACK TO``)."""
+    return any(kind == END for kind, _ in steps(statement))
+
+
+def steps(statement: str) -> tuple[Step, ...]:
+    """What ``statement`` does to its transaction, in order: ``(END, "")``, ``(SAVEPOINT,
+    name)``, ``(ROLLBACK_TO, name)``, ``(RELEASE, name)``; nothing for any other statement. A
+    name is compared as the database does: a quoted one as written, a bare one in any case.
+    A text of several statements (``"UPDATE ...; COMMIT"``, which PostgreSQL's drivers run
+    when it has no parameters) is read statement by statement.
 
     Every statement of an outbox transaction's connection is asked, and most are the same few
     texts again (SQLAlchemy caches its compiled SQL): their answers are remembered, which
@@ -50,43 +95,84 @@ def ends_transaction(statement: str) -> bool:
     memory this holds stays bounded (``CACHED_LENGTH`` x 1,024 entries at most).
     """
     if len(statement) <= CACHED_LENGTH:
-        return _ends_cached(statement)
-    return _ends(statement)
+        return _steps_cached(statement)
+    return _steps(statement)
 
 
-def _ends(statement: str) -> bool:
+def _steps(text: str) -> tuple[Step, ...]:
+    found = (_step(part) for part in _statements(text))
+    return tuple(s for s in found if s is not None)
+
+
+def _statements(text: str) -> list[str]:
+    if ";" not in text:
+        return [text]
+    cuts = [m.end() for m in _PARTS.finditer(text) if m.group(0) == ";"]
+    return [text[a:b] for a, b in zip([0, *cuts], [*(c - 1 for c in cuts), len(text)], strict=True)]
+
+
+def _step(statement: str) -> Step | None:
     found = _WORDS.match(statement)
     if found is None:
-        return False
+        return None
     words = [w.upper() for w in found.groups() if w]
     first = words[0]
-    if first in _ENDS:
-        return True
+    if first in _ENDS or (first == "PREPARE" and words[1:2] == ["TRANSACTION"]):
+        return END, ""
     if first == "ROLLBACK":  # ROLLBACK [WORK | TRANSACTION] [TO [SAVEPOINT] name]
-        return "TO" not in words[1:]
-    return first == "PREPARE" and words[1:2] == ["TRANSACTION"]
+        if "TO" not in words[1:]:
+            return END, ""
+        return _named(ROLLBACK_TO, _ROLLBACK_TO.match(statement))
+    if first == "SAVEPOINT":
+        return _named(SAVEPOINT, _SAVEPOINT.match(statement))
+    if first == "RELEASE":
+        return _named(RELEASE, _RELEASE.match(statement))
+    return None
 
 
-_ends_cached = functools.lru_cache(maxsize=1024)(_ends)
+def _named(kind: str, found: re.Match[str] | None) -> Step | None:
+    if found is None:
+        return None
+    name = found.group(1)
+    if name[0] in '"`':
+        return kind, name[1:-1].replace(name[0] * 2, name[0])
+    return kind, name.lower()
+
+
+_steps_cached = functools.lru_cache(maxsize=1024)(_steps)
 
 
 def watch(guard: SessionGuard, connection: sa.Connection) -> Callable[[], None]:
     """Refuse transaction-ending statements over ``connection`` until the outbox transaction
     ends; the function that stops watching it."""
 
+    savepoints = Savepoints()
+
     def check(statement: str) -> None:
-        if ends_transaction(statement):
-            raise guard.refuse(
-                TransactionStatementError(
-                    f"transaction {guard.txn_id}: the statement {statement[:80]!r} would end the "
-                    "database transaction inside an outbox transaction, before the outbox "
-                    "decides (a COMMIT here makes the work durable even if the transaction then "
-                    "fails, a ROLLBACK undoes work its messages announce). It did not run; the "
-                    "transaction is refused and rolls back. The outbox commits when the "
-                    "decorated function returns (or the `with` block ends); run statements "
-                    "that need their own transaction (CREATE INDEX CONCURRENTLY, VACUUM) "
-                    "outside it, on a connection of their own"
-                )
-            )
+        for kind, name in steps(statement):
+            if kind == SAVEPOINT:
+                savepoints.begun(name, guard.sends)
+            elif kind == RELEASE:
+                savepoints.released(name)
+            elif kind == ROLLBACK_TO:
+                if savepoints.rolled_back(name, guard.sends):
+                    guard.broke("a savepoint was rolled back")
+            else:
+                _refuse(guard, statement)
 
     return statement_watch.watch(connection, check)
+
+
+def _refuse(guard: SessionGuard, statement: str) -> None:
+    raise guard.refuse(
+        TransactionStatementError(
+            f"transaction {guard.txn_id}: the statement {statement[:80]!r} would end the "
+            "database transaction inside an outbox transaction, before the outbox "
+            "decides (a COMMIT here makes the work durable even if the transaction then "
+            "fails, a ROLLBACK undoes work its messages announce). It did not run; the "
+            "transaction is refused and rolls back. The outbox commits when the "
+            "decorated function returns (or the `with` block ends); run statements "
+            "that need their own transaction (CREATE INDEX CONCURRENTLY, VACUUM) "
+            "outside it, on a connection of their own"
+        )
+    )

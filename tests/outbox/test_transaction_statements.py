@@ -1,13 +1,24 @@
 """Which statements end the database transaction they run in
 (:func:`outbox.transaction_statements.ends_transaction`): refused inside an outbox transaction,
-while what ``begin_nested()`` runs, and every other statement, goes through. The end-to-end
-cases are scenarios of ``tests/outbox/test_session_misuse.py`` and its asyncio twin."""
+while what ``begin_nested()`` runs, and every other statement, goes through; which begin, release
+or roll back to a savepoint, and when that rollback undoes a send. The end-to-end cases are
+scenarios of ``tests/outbox/test_session_misuse.py``, ``test_connection_misuse.py`` and the
+asyncio twin of the first."""
 
 from __future__ import annotations
 
 import pytest
 
-from outbox.transaction_statements import CACHED_LENGTH, ends_transaction
+from outbox.savepoints import Savepoints
+from outbox.transaction_statements import (
+    CACHED_LENGTH,
+    END,
+    RELEASE,
+    ROLLBACK_TO,
+    SAVEPOINT,
+    ends_transaction,
+    steps,
+)
 
 ENDS = [
     "COMMIT",
@@ -22,6 +33,11 @@ ENDS = [
     "-- a comment\nROLLBACK",
     "PREPARE TRANSACTION 'outbox-1'",
     "COMMIT PREPARED 'outbox-1'",
+    # a text of several statements: any of them
+    "UPDATE orders SET amount = 2; COMMIT",
+    "SELECT 1;rollback",
+    "UPDATE t SET a = '--'; /* ; */ END;",
+    'SELECT "a;b"; ABORT',
 ]
 GOES_THROUGH = [
     "ROLLBACK TO SAVEPOINT sa_savepoint_1",
@@ -36,6 +52,15 @@ GOES_THROUGH = [
     "PREPARE get_order AS SELECT 1",
     "DO $$ BEGIN PERFORM 1; END $$",
     "",
+    # a semicolon inside a string, a quoted name, a comment or a dollar-quoted body
+    "INSERT INTO t VALUES ('x; commit')",
+    "UPDATE t SET s = 'it''s; COMMIT'",
+    'SELECT 1 AS "x; commit"',
+    "SELECT 1 -- ; commit\n",
+    "SELECT 1 /* ; ROLLBACK */",
+    "SELECT $tag$ ; commit $tag$; SELECT 2",
+    "UPDATE t SET a = 1; ",
+    "SELECT 1; ROLLBACK TO SAVEPOINT sp1",
 ]
 
 
@@ -57,3 +82,50 @@ def test_a_remembered_answer_is_the_answer_and_long_texts_are_read_each_time() -
     assert not ends_transaction(comment + "SELECT 1")
     select = "SELECT " + ", ".join(["1"] * CACHED_LENGTH)
     assert len(select) > CACHED_LENGTH and not ends_transaction(select)
+
+
+@pytest.mark.parametrize(
+    ("statement", "expected"),
+    [
+        ("SAVEPOINT sa_savepoint_1", (SAVEPOINT, "sa_savepoint_1")),
+        ("savepoint Held", (SAVEPOINT, "held")),  # a bare name: any case
+        ('SAVEPOINT "Held"', (SAVEPOINT, "Held")),  # a quoted one: as written
+        ('SAVEPOINT "say ""hi"""', (SAVEPOINT, 'say "hi"')),
+        ("SAVEPOINT `my sp`", (SAVEPOINT, "my sp")),
+        ("/* hint */ SAVEPOINT sp1;", (SAVEPOINT, "sp1")),
+        ("ROLLBACK TO SAVEPOINT sa_savepoint_1", (ROLLBACK_TO, "sa_savepoint_1")),
+        ("rollback work to sp1", (ROLLBACK_TO, "sp1")),
+        ("ROLLBACK TRANSACTION TO SAVEPOINT SP1", (ROLLBACK_TO, "sp1")),
+        ("RELEASE SAVEPOINT sa_savepoint_1", (RELEASE, "sa_savepoint_1")),
+        ("release sp1", (RELEASE, "sp1")),
+        ("ROLLBACK", (END, "")),
+        ("COMMIT", (END, "")),
+        ("SELECT 'SAVEPOINT x'", None),
+        ("UPDATE t SET a = 1", None),
+    ],
+)
+def test_what_a_statement_does_to_its_transaction(
+    statement: str, expected: tuple[str, str] | None
+) -> None:
+    assert steps(statement) == (() if expected is None else (expected,))
+
+
+def test_a_rollback_to_a_savepoint_undoes_the_sends_made_since_it_began() -> None:
+    marks = Savepoints()
+    marks.begun("a", sends=0)
+    marks.begun("b", sends=1)
+    assert not marks.rolled_back("b", sends=1)  # nothing sent since b
+    assert marks.rolled_back("b", sends=2)  # b stays: it can be rolled back to again
+    assert marks.rolled_back("b", sends=2)
+    assert marks.rolled_back("a", sends=2)  # and b, begun after a, is gone with it
+    assert marks.rolled_back("b", sends=2)  # a name not known: begun before, holds every send
+    marks.begun("c", sends=2)
+    marks.released("a")  # a and everything after it
+    assert marks.rolled_back("c", sends=2)  # unknown again: counts every send
+    assert not Savepoints().rolled_back("never", sends=0)  # nothing sent at all
+    again = Savepoints()
+    again.begun("x", sends=0)
+    again.begun("x", sends=3)  # the same name again: the newer one
+    assert not again.rolled_back("x", sends=3)
+    again.released("x")
+    assert again.rolled_back("x", sends=3)  # the older x, begun before the three sends
