@@ -111,7 +111,14 @@ def watch_held(session: Session, guard: SessionGuard) -> None:
 
 def writes(statement: str) -> bool:
     """Whether ``statement`` may write: anything but a read by its first keyword (and what
-    that keyword's statement can hide: :data:`_WRITES_INSIDE`)."""
+    that keyword's statement can hide: :data:`_WRITES_INSIDE`); for a text of several
+    statements, any of them (:func:`~outbox.transaction_statements.statements`)."""
+    if ";" in statement:
+        return any(_writes(part) for part in transaction_statements.statements(statement))
+    return _writes(statement)
+
+
+def _writes(statement: str) -> bool:
     found = _FIRST_WORD.match(statement)
     if found is None:
         return True

@@ -18,6 +18,7 @@ The session says which way applies. Handing a ``Session`` to ``async with``, or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import Callable, Iterator
@@ -199,6 +200,9 @@ def run_sync(
         elif txn.state is None and guard is not None and guard.ended_under_it():
             # Committed or rolled back through its connection: which, the evidence row tells
             # the checker; what ran after, in a transaction the session does not know, goes.
+            # Records still travelling are awaited (retried) first: they may have committed.
+            with contextlib.suppress(Exception):
+                txn.settle()
             commit_failed(txn, "was made or undone through the session's connection")
             discard_connections(db.invalidate, txn.txn_id)
         elif txn.state is None:

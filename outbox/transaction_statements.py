@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -67,6 +68,10 @@ _PARTS = re.compile(
     re.S,
 )
 
+_CREATE = re.compile(LEADING + r"CREATE\b", re.I)
+#: Nothing but blanks and comments (after a text's last ``;``).
+_BLANK = re.compile(LEADING + r"(?:--[^\n]*|#[^\n]*)?")
+
 #: What a statement does to the transaction it runs in (:func:`steps`).
 END = "end"
 SAVEPOINT = "savepoint"
@@ -100,15 +105,22 @@ def steps(statement: str) -> tuple[Step, ...]:
 
 
 def _steps(text: str) -> tuple[Step, ...]:
-    found = (_step(part) for part in _statements(text))
+    found = (_step(part) for part in statements(text))
     return tuple(s for s in found if s is not None)
 
 
-def _statements(text: str) -> list[str]:
-    if ";" not in text:
+def statements(text: str) -> list[str]:
+    """The statements of ``text``, split at each ``;`` outside a string, a quoted name, a
+    comment or a dollar-quoted body. A ``CREATE`` is one statement whatever it holds: a
+    trigger's or a function's body (``BEGIN ... ; END``, ``BEGIN ATOMIC ... ; END``) is not
+    several. Not followed: nested comments, ``E'...'`` strings with backslash escapes, MySQL's
+    ``#`` comments and backslash escapes (read as if they were plain)."""
+    if ";" not in text or _CREATE.match(text):
         return [text]
     cuts = [m.end() for m in _PARTS.finditer(text) if m.group(0) == ";"]
-    return [text[a:b] for a, b in zip([0, *cuts], [*(c - 1 for c in cuts), len(text)], strict=True)]
+    ends = [*(c - 1 for c in cuts), len(text)]
+    parts = [text[a:b] for a, b in zip([0, *cuts], ends, strict=True)]
+    return [p for p in parts if not _BLANK.fullmatch(p)] or [text]
 
 
 def _step(statement: str) -> Step | None:
@@ -147,10 +159,13 @@ def watch(guard: SessionGuard, connection: sa.Connection) -> Callable[[], None]:
     ends; the function that stops watching it."""
 
     savepoints = Savepoints()
+    sqlite = connection.dialect.name == "sqlite"
 
     def check(statement: str) -> None:
         for kind, name in steps(statement):
             if kind == SAVEPOINT:
+                if sqlite:
+                    begin_before_savepoint(connection)
                 savepoints.begun(name, guard.sends)
             elif kind == RELEASE:
                 savepoints.released(name)
@@ -161,6 +176,27 @@ def watch(guard: SessionGuard, connection: sa.Connection) -> Callable[[], None]:
                 _refuse(guard, statement)
 
     return statement_watch.watch(connection, check)
+
+
+def begin_before_savepoint(connection: sa.Connection) -> None:
+    """On SQLite, begin the database transaction before a savepoint that would begin it.
+
+    Python's sqlite3 driver (and aiosqlite on it) begins a transaction only before a write; a
+    ``SAVEPOINT`` run outside one begins it in SQLite itself, and its ``RELEASE`` then commits
+    everything, the evidence row included, before the outbox decides: ``with
+    session.begin_nested(): ...`` as the transaction's first write, then an exception, left the
+    work committed and wrote a ROLLBACK op (the message lost). SQLAlchemy's recipe for SQLite
+    savepoints sends ``BEGIN`` for every transaction; this sends it only here, where it is
+    needed, so a transaction without savepoints keeps the driver's locking as it was.
+    """
+    dbapi: Any = connection.connection.dbapi_connection
+    driver: Any = connection.connection.driver_connection
+    if getattr(driver, "in_transaction", True) is False:
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute("BEGIN")
+        finally:
+            cursor.close()
 
 
 def _refuse(guard: SessionGuard, statement: str) -> None:

@@ -108,6 +108,22 @@ async def core_savepoint_without_a_send_rolled_back_async(
     await _insert_async(s, ids[1])
 
 
+def savepoint_as_the_first_write_then_raise(s: Session, send: Callable, ids: list[str]) -> None:
+    with s.begin_nested():  # on SQLite's driver, its RELEASE committed everything
+        _insert(s, ids[0])
+        send(ids[0])
+    raise Declined("after the savepoint")
+
+
+async def savepoint_as_the_first_write_then_raise_async(
+    s: AsyncSession, send: Callable, ids: list[str]
+) -> None:
+    async with s.begin_nested():
+        await _insert_async(s, ids[0])
+        await send(ids[0])
+    raise Declined("after the savepoint")
+
+
 def sql_savepoint_holding_a_send_rolled_back(s: Session, send: Callable, ids: list[str]) -> None:
     send(ids[0])
     _insert(s, ids[0])
@@ -270,6 +286,9 @@ SCENARIOS = {
     ),
     "core savepoint without a send rolled back": _scenario(
         core_savepoint_without_a_send_rolled_back, None
+    ),
+    "savepoint as the first write, then raise": _scenario(
+        savepoint_as_the_first_write_then_raise, Declined
     ),
     "SQL savepoint holding a send rolled back": _scenario(
         sql_savepoint_holding_a_send_rolled_back, SendRolledBackError

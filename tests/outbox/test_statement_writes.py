@@ -31,8 +31,14 @@ READS = [
     "SET LOCAL statement_timeout = 1000",
     "PRAGMA foreign_keys",
     "select txid_current_if_assigned()",
+    # a text of several statements: every one reads
+    "SELECT 1;",
+    "SELECT 1; SELECT 'a; DELETE FROM t' -- done",
+    "SELECT 1; -- done",
 ]
 WRITES = [
+    "SELECT 1; DELETE FROM t",  # any statement of a text that writes
+    "SHOW search_path; /* ; */ UPDATE t SET a = 1",
     "INSERT INTO t VALUES (1)",
     "update t set a = 1",
     "DELETE FROM t",

@@ -61,6 +61,9 @@ GOES_THROUGH = [
     "SELECT $tag$ ; commit $tag$; SELECT 2",
     "UPDATE t SET a = 1; ",
     "SELECT 1; ROLLBACK TO SAVEPOINT sp1",
+    # a CREATE is one statement: a trigger's or a function's body is not several
+    "CREATE TRIGGER t AFTER INSERT ON orders BEGIN UPDATE totals SET n = n + 1; END;",
+    "CREATE FUNCTION one() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; END",
 ]
 
 
