@@ -24,8 +24,9 @@ from outbox.service_health import Health
 from outbox.watermarks import Watermarks
 from relay.accounting import Accounting
 from relay.actions import Batch, Need
+from relay.commit_token import CommitTokens, stamped, unstamped
 from relay.log_ends import LogEnds
-from relay.partitions import Partitions
+from relay.partitions import Committed, Partitions
 from relay.refusals import Refusals, Topics
 from relay.restart import Restart
 from relay.settings import RelaySettings
@@ -70,6 +71,7 @@ class BatchCommitter:
         health: Health,
         commit_seconds: Histogram,
         clock: BrokerClock,
+        tokens: CommitTokens | None = None,
     ) -> None:
         self.settings = settings
         self.names = settings.topics
@@ -85,6 +87,8 @@ class BatchCommitter:
         self.health = health
         self.commit_seconds = commit_seconds
         self.clock = clock
+        #: Stamps each Kafka transaction's committed progress (:mod:`relay.commit_token`).
+        self.tokens = tokens or CommitTokens()
         self._promotable = functools.partial(refusals.promotable, topics)
 
     def commit(self, timeout: float | None = None) -> None:
@@ -99,15 +103,17 @@ class BatchCommitter:
         batches = {p: self._take(p, state) for p, state in self.partitions.states.items()}
         committed = self.partitions.committed
         todo = {
-            p: b
-            for p, b in batches.items()
-            if b.actions or (b.half_offset, b.op_offset, b.metadata) != committed.get(p)
+            p: b for p, b in batches.items() if b.actions or not _unchanged(b, committed.get(p))
         }
         if not todo:
             self.accounting.count_committed()
             return
         timeout = timeout or self.settings.transaction_timeout_s
         group_metadata = self.membership()
+        token = self.tokens.next()
+        progress = {
+            p: (b.half_offset, b.op_offset, stamped(b.metadata, token)) for p, b in todo.items()
+        }
         started = time.monotonic()
         self.writer.begin()
         with promoting(todo):  # spans linked to the promoted transactions' producers
@@ -116,14 +122,13 @@ class BatchCommitter:
                 for p, batch in todo.items():
                     for action in batch.actions:
                         self.writer.emit(self.producer, p, action)
-                self._send_offsets(self._offsets(todo), group_metadata, timeout)
+                self._send_offsets(self._offsets(progress), group_metadata, timeout)
                 self._commit(timeout)
             except KafkaException as err:
                 self._failed(err.args[0], timeout)
                 return
         self.commit_seconds.observe(time.monotonic() - started)
-        for p, b in todo.items():
-            committed[p] = (b.half_offset, b.op_offset, b.metadata)
+        committed.update(progress)
         self.accounting.count_committed()
         self.health.set_ready(True, "committing")
 
@@ -147,13 +152,13 @@ class BatchCommitter:
                 result.txn_id, self.fetcher.fetch(partition, result.offsets, result.txn_id)
             )
 
-    def _offsets(self, todo: dict[int, Batch]) -> list[TopicPartition]:
+    def _offsets(self, progress: dict[int, Committed]) -> list[TopicPartition]:
         return [
             tp
-            for p, b in todo.items()
+            for p, (half, op, metadata) in progress.items()
             for tp in (
-                TopicPartition(self.names.half, p, b.half_offset),
-                TopicPartition(self.names.op, p, b.op_offset, metadata=b.metadata),
+                TopicPartition(self.names.half, p, half),
+                TopicPartition(self.names.op, p, op, metadata=metadata),
             )
         ]
 
@@ -214,3 +219,13 @@ class BatchCommitter:
         finally:
             # every way out, after the abort (if any) settled the batch
             self.refusals.park(self.writer.refused(self.producer))
+
+
+def _unchanged(batch: Batch, committed: Committed | None) -> bool:
+    """Whether ``batch`` would commit the progress already committed (its token aside)."""
+    return (
+        committed is not None
+        and committed[0] == batch.half_offset
+        and committed[1] == batch.op_offset
+        and unstamped(committed[2]) == batch.metadata
+    )

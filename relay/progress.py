@@ -2,10 +2,11 @@
 
 The relay commits its progress in the same Kafka transaction as the records it wrote: the half
 and op offsets with ``send_offsets_to_transaction``, and, as the op offset's commit metadata, a
-document of constant size ``{"v":2,"l":<rebuild point>,"g":[<from>,<to>]}`` (``g`` only after
-half records were lost to retention unread). Commit metadata is bounded by the broker's
-``offset.metadata.max.bytes`` (4096 by default), so nothing whose size grows with traffic is
-kept here: parked transactions are state records on the state topic
+document of constant size ``{"v":2,"l":<rebuild point>,"g":[<from>,<to>],"t":<token>}`` (``g``
+only after half records were lost to retention unread; ``t`` unique to the Kafka transaction
+that committed it, :mod:`relay.commit_token`, and ignored here). Commit metadata is bounded
+by the broker's ``offset.metadata.max.bytes`` (4096 by default), so nothing whose size grows
+with traffic is kept here: parked transactions are state records on the state topic
 (:mod:`outbox.protocol.state`), written in the same Kafka transaction.
 
 A restart or a rebalance reads the progress back (:mod:`relay.rebalance`) and rebuilds the

@@ -123,13 +123,15 @@ class Rebalance:
         progress is still the one this instance committed: their states are kept as they were.
 
         A rebuild would re-read the op topic from the rebuild point and the state topic for
-        each; a group that grows or shrinks would stall for that long. Nothing can have been
-        decided for such a partition meanwhile: every promotion, drop or put-back is committed
-        with its progress in one Kafka transaction and none was open across the revoke (they
-        begin and end inside one loop turn), and in an eager rebalance no other member held the
-        partition between the revoke and this assignment. Any difference in the committed
-        progress (another member's commit, or a stale read of it) sends the partition through
-        the rebuild instead.
+        each; a group that grows or shrinks would stall for that long. Every promotion, drop or
+        put-back is committed with its progress in one Kafka transaction, none was open across
+        the revoke (they begin and end inside one loop turn), and each commit's progress
+        carries a token of its own (:mod:`relay.commit_token`). Another member may have held
+        the partition in a generation this instance missed (left out while it was slow to
+        rejoin, with no callback in between) and committed there, even without moving the
+        offsets (a parked transaction promoted while an older one stays pending): its token
+        differs. Any difference in the committed progress (another member's commit, or a stale
+        read of it) sends the partition through the rebuild instead.
         """
         kept = {}
         for p, (state, ours) in retained.items():

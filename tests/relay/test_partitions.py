@@ -3,6 +3,7 @@ topics that do not exist (yet)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.integration
 
 def group_on_fresh_topics(bootstrap: str, prefix: str) -> tuple[Stream, RelaySettings]:
     """Fresh internal topics under ``prefix`` and the settings of a new relay group on them
-    (a short session timeout, so a leaving instance's partitions move on quickly)."""
+    (a short session timeout, so a leaving instance's partitions move on quickly). Give each
+    instance its own ``instance_id``: two with one ``transactional.id`` fence each other."""
     stream = Stream(bootstrap, unique(prefix))
     settings = RelaySettings(
         bootstrap_servers=bootstrap,
@@ -73,7 +75,7 @@ def test_instances_of_one_group_own_the_same_partition_numbers_of_both_topics(
     kafka_bootstrap: str,
 ) -> None:
     stream, settings = group_on_fresh_topics(kafka_bootstrap, "__outbox-pairs")
-    relays = [RelayThread(settings) for _ in range(3)]
+    relays = [RelayThread(dataclasses.replace(settings, instance_id=f"r{i}")) for i in range(3)]
     everything = frozenset(range(3))
 
     def paired(running: list[RelayThread]) -> bool:
@@ -231,7 +233,7 @@ def test_partitions_given_back_after_a_rebalance_keep_their_state_and_deliver_on
 ) -> None:
     stream, settings = group_on_fresh_topics(kafka_bootstrap, "__outbox-kept")
     decisions = [OpState.COMMIT, OpState.COMMIT, OpState.COMMIT, OpState.ROLLBACK]
-    first = RelayThread(settings)
+    first = RelayThread(dataclasses.replace(settings, instance_id="first"))
     try:
         # Given one instance that promoted a first stream on all three partitions
         wait_for(lambda: first.relay.assigned[0] == frozenset(range(3)), 60, "all partitions")
@@ -239,7 +241,7 @@ def test_partitions_given_back_after_a_rebalance_keep_their_state_and_deliver_on
         wait_for(lambda: set(delivered(kafka_bootstrap, stream)) >= expected(stream), 60, "first")
         before = dict(first.relay.states)
         # When a second instance joins and the group shares the partitions out again
-        second = RelayThread(settings)
+        second = RelayThread(dataclasses.replace(settings, instance_id="second"))
         try:
             wait_for(
                 lambda: (
