@@ -201,10 +201,12 @@ def run_sync(
             # Committed or rolled back through its connection: which, the evidence row tells
             # the checker; what ran after, in a transaction the session does not know, goes.
             # Records still travelling are awaited (retried) first: they may have committed.
-            with contextlib.suppress(Exception):
-                txn.settle()
-            commit_failed(txn, "was made or undone through the session's connection")
-            discard_connections(db.invalidate, txn.txn_id)
+            try:
+                with contextlib.suppress(Exception):
+                    txn.settle()
+            finally:
+                commit_failed(txn, "was made or undone through the session's connection")
+                discard_connections(db.invalidate, txn.txn_id)
         elif txn.state is None:
             try:
                 db.rollback()

@@ -68,7 +68,12 @@ _PARTS = re.compile(
     re.S,
 )
 
-_CREATE = re.compile(LEADING + r"CREATE\b", re.I)
+#: A ``CREATE`` of something with a body of statements: a trigger, a function, a procedure.
+_BODY = re.compile(
+    LEADING + r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:(?:TEMP|TEMPORARY|CONSTRAINT)\s+)*"
+    r"(?:TRIGGER|FUNCTION|PROCEDURE)\b",
+    re.I,
+)
 #: Nothing but blanks and comments (after a text's last ``;``).
 _BLANK = re.compile(LEADING + r"(?:--[^\n]*|#[^\n]*)?")
 
@@ -111,11 +116,11 @@ def _steps(text: str) -> tuple[Step, ...]:
 
 def statements(text: str) -> list[str]:
     """The statements of ``text``, split at each ``;`` outside a string, a quoted name, a
-    comment or a dollar-quoted body. A ``CREATE`` is one statement whatever it holds: a
-    trigger's or a function's body (``BEGIN ... ; END``, ``BEGIN ATOMIC ... ; END``) is not
-    several. Not followed: nested comments, ``E'...'`` strings with backslash escapes, MySQL's
+    comment or a dollar-quoted body. A ``CREATE TRIGGER``, ``FUNCTION`` or ``PROCEDURE`` is one
+    statement whatever it holds: its body (``BEGIN ... ; END``, ``BEGIN ATOMIC ... ; END``) is
+    not several. Not followed: nested comments, ``E'...'`` strings with backslash escapes, MySQL's
     ``#`` comments and backslash escapes (read as if they were plain)."""
-    if ";" not in text or _CREATE.match(text):
+    if ";" not in text or _BODY.match(text):
         return [text]
     cuts = [m.end() for m in _PARTS.finditer(text) if m.group(0) == ";"]
     ends = [*(c - 1 for c in cuts), len(text)]
@@ -193,8 +198,8 @@ def begin_before_savepoint(connection: sa.Connection) -> None:
     driver: Any = connection.connection.driver_connection
     if getattr(driver, "in_transaction", True) is False:
         cursor = dbapi.cursor()
-        try:
-            cursor.execute("BEGIN")
+        try:  # as the driver would begin it: DEFERRED, or IMMEDIATE / EXCLUSIVE if set so
+            cursor.execute(f"BEGIN {getattr(driver, 'isolation_level', '') or ''}".rstrip())
         finally:
             cursor.close()
 

@@ -44,3 +44,8 @@ def unstamped(metadata: str) -> str:
     """``metadata`` without the token :func:`stamped` added (as it is if it has none)."""
     at = metadata.rfind(_KEY)
     return metadata if at < 0 else metadata[:at] + "}"
+
+
+def stamped_by_a_commit(metadata: str) -> bool:
+    """Whether ``metadata`` carries a token (committed by a relay that stamps its progress)."""
+    return _KEY in metadata

@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from outbox.errors import OutboxError
 from outbox.logs import fields
 from relay.accounting import Accounting
+from relay.commit_token import stamped_by_a_commit
 from relay.flow_control import FlowControl
 from relay.log_ends import LogEnds
 from relay.partitions import Committed, Partitions
@@ -131,11 +132,18 @@ class Rebalance:
         rejoin, with no callback in between) and committed there, even without moving the
         offsets (a parked transaction promoted while an older one stays pending): its token
         differs. Any difference in the committed progress (another member's commit, or a stale
-        read of it) sends the partition through the rebuild instead.
+        read of it) sends the partition through the rebuild instead, and so does a progress
+        with no token (an older relay's, in a group being upgraded: its next commit of the same
+        offsets would read back the same).
         """
         kept = {}
         for p, (state, ours) in retained.items():
-            if p in progress and ours is not None and self.partitions.committed.get(p) == ours:
+            if (
+                p in progress
+                and ours is not None
+                and stamped_by_a_commit(ours[2])
+                and self.partitions.committed.get(p) == ours
+            ):
                 kept[p] = state
                 self.partitions.states[p] = state
                 log.info(

@@ -38,6 +38,7 @@ ENDS = [
     "SELECT 1;rollback",
     "UPDATE t SET a = '--'; /* ; */ END;",
     'SELECT "a;b"; ABORT',
+    "CREATE INDEX ix ON orders (amount); COMMIT",  # a CREATE with no body is split too
 ]
 GOES_THROUGH = [
     "ROLLBACK TO SAVEPOINT sa_savepoint_1",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from relay.commit_token import CommitTokens, stamped, unstamped
+from relay.commit_token import CommitTokens, stamped, stamped_by_a_commit, unstamped
 from relay.progress import Progress
 
 
@@ -26,5 +26,6 @@ def test_a_stamped_progress_reads_as_the_progress_and_unstamps_to_it() -> None:
         assert Progress.parse(5, 9, sent) == Progress.parse(5, 9, metadata) == progress
         assert unstamped(sent) == metadata
         assert unstamped(metadata) == metadata  # an older relay's, or the first commit's
+        assert stamped_by_a_commit(sent) and not stamped_by_a_commit(metadata)
         # far under the broker's offset.metadata.max.bytes (4096 by default)
         assert len(stamped(Progress(2**62, 2**62, 2**62, (2**62, 2**62)).metadata(), token)) < 200
