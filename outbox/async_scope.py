@@ -108,9 +108,11 @@ async def run_async(
             if not discarded:
                 await discard_connections_async(db, txn.txn_id)
         elif txn.state is None and guard is not None and guard.ended_under_it():
-            await txn.close()  # a send under way: its records are the checker's to decide
-            commit_failed(txn.core, "was made or undone through the session's connection")
-            await discard_connections_async(db, txn.txn_id)
+            try:
+                await txn.close()  # a send under way: its records are the checker's to decide
+            finally:
+                commit_failed(txn.core, "was made or undone through the session's connection")
+                await discard_connections_async(db, txn.txn_id)
         elif txn.state is None:
             try:
                 await txn.close()  # a send under way lands in what is rolled back

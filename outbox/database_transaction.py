@@ -36,17 +36,15 @@ whether it owns their transactions, only ``SessionTransaction._connections`` say
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine import NestedTransaction
 from sqlalchemy.orm import Session, SessionTransaction
 
 from outbox.errors import AutocommitSessionError, ExternalTransactionError
 from outbox.evidence import EVIDENCE_INSERT
+from outbox.held_connections import Held, held_by, held_connections
 from outbox.session_guard import SessionGuard
 
 
@@ -70,7 +68,7 @@ def require_own_transaction(session: Session, guard: SessionGuard) -> None:
     if isinstance(bind, sa.Connection) and bind.in_transaction():
         fully = getattr(session, "join_transaction_mode", None) == "control_fully"
         external = not fully or bind.in_nested_transaction()
-        _refuse(guard, session, _Held(bind, external, checked_out=False))
+        _refuse(guard, session, Held(bind, external, checked_out=False))
 
 
 def begin_unless_automatic(session: Session) -> None:
@@ -115,38 +113,7 @@ def commits_each_statement(connection: sa.Connection) -> bool:
     return autocommit is True
 
 
-@dataclass(frozen=True)
-class _Held:
-    """A connection a begun session holds, from SQLAlchemy's private table of them."""
-
-    connection: sa.Connection
-    #: The session's commit would not commit its transaction: joined (``rollback_only``), or
-    #: through a savepoint (``create_savepoint``, or ``control_fully`` inside one).
-    external: bool
-    #: The session checked it out itself (not the caller's own ``Connection``).
-    checked_out: bool
-
-
-def held_connections(root: SessionTransaction) -> Iterator[_Held]:
-    """The connections a begun session holds (SQLAlchemy 1.4-2.1's ``_connections``: each
-    connection's transaction, whether the session's commit commits it, whether it closes it;
-    nothing when that table is gone)."""
-    seen: set[int] = set()
-    for entry in getattr(root, "_connections", {}).values():
-        if id(entry[0]) not in seen:
-            seen.add(id(entry[0]))
-            yield _entry(entry, root=True)
-
-
-def _entry(entry: tuple[Any, ...], root: bool) -> _Held:
-    """One ``_connections`` entry; ``root``: of the session's root transaction (a savepoint's
-    entry holds a savepoint of its own, which joins nothing)."""
-    connection, transaction, should_commit, closes = entry[0], entry[1], entry[2], entry[3]
-    external = root and (not should_commit or isinstance(transaction, NestedTransaction))
-    return _Held(connection, external, bool(closes))
-
-
-def _refuse(guard: SessionGuard, session: Session, held: _Held) -> None:
+def _refuse(guard: SessionGuard, session: Session, held: Held) -> None:
     connection = held.connection
     if held.external:
         raise guard.refuse(
@@ -196,7 +163,4 @@ def _on_begin(session: Session, scope: SessionTransaction, connection: sa.Connec
     guard = SessionGuard.of(session)
     if guard is None:
         return
-    entry = getattr(scope, "_connections", {}).get(connection)  # keyed by connection too
-    root = not scope.nested and scope.parent is None  # a savepoint's joins nothing
-    held = _Held(connection, False, False) if entry is None else _entry(entry, root)
-    _refuse(guard, session, held)
+    _refuse(guard, session, held_by(scope, connection) or Held(connection, False, False))

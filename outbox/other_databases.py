@@ -40,9 +40,10 @@ from sqlalchemy.ext.horizontal_shard import ShardedSession
 from sqlalchemy.orm import Session, SessionTransaction
 
 from outbox import statement_watch, transaction_statements
-from outbox.database_transaction import commits_each_statement, held_connections
+from outbox.database_transaction import commits_each_statement
 from outbox.errors import MultipleDatabasesError
 from outbox.evidence import EVIDENCE_INSERT
+from outbox.held_connections import held_connections
 from outbox.session_guard import SessionGuard
 
 #: First keywords of statements that read (or only steer the transaction).

@@ -48,6 +48,7 @@ from outbox.errors import (
     SendRolledBackError,
     TransactionEndedError,
 )
+from outbox.held_connections import held_connections
 
 _KEY = "outbox.guard"
 
@@ -133,13 +134,10 @@ class SessionGuard:
         root = self.session.get_transaction()
         if root is None or not root.is_active:
             return False  # nothing begun, or rolled back by the session itself (a failed flush)
-        # SQLAlchemy 1.4-2.1's table of the root's connections: (connection, its transaction,
-        # ...), twice each (by connection and by engine); nothing when that table is gone
-        for entry in getattr(root, "_connections", {}).values():
-            transaction = entry[1]
-            if transaction is not None and not transaction.is_active:
-                return True
-        return False
+        return any(
+            held.transaction is not None and not held.transaction.is_active
+            for held in held_connections(root)
+        )
 
     def may_send(self) -> None:
         """Before a send's records are handed to Kafka: refuse it once the session's database
