@@ -99,6 +99,48 @@ def starts(
     return result
 
 
+def half_start(watermarks: Watermarks, topic: str, partition: int, committed: int) -> int:
+    """Where to read a half partition from: its committed offset while the log holds it,
+    else its beginning (the session's consumer never resets an offset by itself).
+
+    Below the log start, retention removed records the group had not read (or, on purpose,
+    the originals of a transaction taken up from its copies): those transactions are known by
+    their put-back copies only, which the tracker takes up
+    (:meth:`checker.tracker.Tracker.reading_from`).
+    Past the end, the log was cut back (an unclean leader election) or the topic made again:
+    all of it is read, as a new group would.
+
+    Raises:
+        KafkaException: the partition's watermarks could not be read.
+    """
+    if committed < 0:
+        return OFFSET_BEGINNING
+    low, high = watermarks.query(topic, partition, timeout=10)
+    if low <= committed <= high:
+        return committed
+    if committed > high:
+        log.warning(
+            "%s[%d]: committed offset %d is past the partition's end %d (its log was cut "
+            "back, or the topic made again); reading it from its beginning",
+            topic,
+            partition,
+            committed,
+            high,
+        )
+    else:
+        log.warning(
+            "%s[%d]: offsets %d..%d are no longer in the log (retention removed them); "
+            "reading on from %d. Undecided transactions whose records were among them are "
+            "taken up from their put-back copies",
+            topic,
+            partition,
+            committed,
+            low - 1,
+            low,
+        )
+    return OFFSET_BEGINNING
+
+
 def _offsets_for_times(
     consumer: Consumer,
     topic: str,

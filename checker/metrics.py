@@ -27,6 +27,11 @@ HELP = {
     "unreachable": "Checks that found no producer instance answering.",
     "breaker_trips": "Times a producer group's circuit breaker opened.",
     "write_failures": "Ops and dead letters the broker did not take (ops are checked again).",
+    "orphans": (
+        "Undecided transactions taken up from put-back copies, their original half records "
+        "removed by retention before this checker group read them (counted when first asked "
+        "about, again after a restart)."
+    ),
 }
 
 

@@ -25,6 +25,7 @@ class CheckerStats:
     unreachable: int = 0
     breaker_trips: int = 0
     write_failures: int = 0
+    orphans: int = 0
 
     def add(self, other: CheckerStats) -> None:
         for f in fields(self):

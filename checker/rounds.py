@@ -100,6 +100,10 @@ class CheckRound:
         ]
         # Back-pressure: at most this many requests per round; the rest stay due for the next.
         batches = batches[: self.settings.check_concurrency * 2]
+        for _, batch in batches:
+            for entry, _ in batch:
+                if entry.orphaned and not entry.reported:
+                    self._report_orphan(entry)
         futures = {
             self.pool.submit(self._ask, group, [checked for _, checked in batch]): (
                 group,
@@ -148,6 +152,25 @@ class CheckRound:
             max_bytes=self.settings.request_max_bytes,
         )
         return [[checked[c.txn_id] for c in split] for split in splits]
+
+    def _report_orphan(self, entry: Pending) -> None:
+        """Once caught up, an orphan still pending is no decided transaction's copy read before
+        its op: report it as it is first asked about."""
+        entry.reported = True
+        self.stats.orphans += 1
+        first = entry.records[min(entry.records)]
+        log.warning(
+            "transaction %s of group %s: its original half records (offsets %s of partition "
+            "%d) were removed by retention before this checker group read them (the group is "
+            "new, or was stopped for longer than the half topic's retention.ms); checked from "
+            "its put-back copy at offset %d",
+            entry.txn_id,
+            entry.group,
+            entry.offsets,
+            entry.partition,
+            first.offset,
+            extra=fields(txn_id=entry.txn_id, group=entry.group, partition=entry.partition),
+        )
 
     def _ask(self, group: str, transactions: list[CheckedTransaction]) -> Answers | NoAnswer:
         """Runs in a worker thread: HTTP only, no Kafka client is touched here."""

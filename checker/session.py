@@ -23,7 +23,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from checker.assignment import progress_metadata, restore_counts, starts
+from checker.assignment import half_start, progress_metadata, restore_counts, starts
 from checker.breaker import Breaker
 from checker.client import CheckClient
 from checker.end_offsets import end_offsets
@@ -106,7 +106,10 @@ class Session:
                     "partition.assignment.strategy": "range",
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
-                    "auto.offset.reset": "earliest",
+                    # A read position below the log start is never jumped over silently:
+                    # the session starts over (_route), and the next one knows where the gap
+                    # was (_on_assign, Tracker.reading_from).
+                    "auto.offset.reset": "error",
                     "enable.partition.eof": True,
                 }
             )
@@ -196,11 +199,19 @@ class Session:
                 progress=turned,
             )
             self.tracker.restored.update(counts)
+            half_starts = {}
+            for p in numbers:
+                self.tracker.reading_from(p, found[p].half_offset)
+                half_starts[p] = half_start(
+                    self.watermarks, self.names.half, p, found[p].half_offset
+                )
+                turned()
             for tp in partitions:
                 if tp.partition in found:
-                    start = found[tp.partition]
                     tp.offset = (
-                        start.half_offset if tp.topic == self.names.half else start.op_offset
+                        half_starts[tp.partition]
+                        if tp.topic == self.names.half
+                        else found[tp.partition].op_offset
                     )
             self.assigned |= numbers
             consumer.assign(partitions)
@@ -226,6 +237,14 @@ class Session:
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
                 self._reached_end(topic, partition)
+            elif error.code() == KafkaError._AUTO_OFFSET_RESET and partition in self.assigned:
+                # librdkafka cannot seek a partition its offset reset stopped: start over. (A
+                # half partition held without its op partition is not read for anything.)
+                raise Restart(
+                    f"{topic}[{partition}]: read position out of range ({error.str()}): "
+                    "retention removed records before this checker read them, or the log was "
+                    "cut back; the next session starts from the committed positions"
+                )
             return
         if topic == self.names.op:
             self._op(msg, partition)
@@ -264,6 +283,8 @@ class Session:
         if (topic, partition) in self.at_end:
             return
         self.at_end.add((topic, partition))
+        if topic == self.names.half:
+            self.tracker.read_to_end(partition)
         if (topic == self.names.half and (self.names.op, partition) in self.at_end) or (
             topic == self.names.op and (self.names.half, partition) in self.at_end
         ):

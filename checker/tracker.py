@@ -6,9 +6,13 @@ producer's: a producer whose clock is off is checked neither early nor late.
 
 Memory is bounded by the undecided transactions, not by history:
 
-- a pending entry is made only from a transaction's *original* half records (or a RESUMED op):
+- a pending entry is made from a transaction's *original* half records (or a RESUMED op):
   a put-back copy of a transaction not pending here is a copy of one decided before this
-  checker's committed position (which never passes a pending original), so it is ignored;
+  checker's committed position (which never passes a pending original), so it is ignored -
+  unless its original lay at or past that position and below the first record this session
+  read: retention removed it unread (the checker was down longer than the half topic's
+  retention, or its group is new), and the copy is all that is left of an undecided
+  transaction (:meth:`Tracker.reading_from`);
 - a decision is remembered only while a half record it settles can still be read: its op's
   broker time is not older than the partition's *floor* (the first record of its oldest pending
   transaction, or the last half record read when none is pending) by more than ``slack_ms``.
@@ -41,6 +45,10 @@ class Pending:
     #: Set when resumed with no record in hand: where the resumed copies are, to fetch them
     #: (once: emptied by the fetch).
     resumed_offsets: tuple[int, ...] = ()
+    #: Made pending from put-back copies whose originals retention removed unread.
+    orphaned: bool = False
+    #: An orphaned one was reported (logged and counted) when first asked about.
+    reported: bool = False
 
     @property
     def offsets(self) -> list[int]:
@@ -49,8 +57,12 @@ class Pending:
 
     @property
     def first_offset(self) -> int | None:
-        """The lowest offset a restart must read from to find it again."""
+        """The lowest offset a restart must read from to find it again. For an orphaned one,
+        its originals' (gone): committed, it tells the next session that copies of originals
+        from there on are to be taken up again (:meth:`Tracker.reading_from`)."""
         found = [r.offset for r in self.records.values()] + list(self.resumed_offsets)
+        if self.orphaned:
+            found += [r.original_offset for r in self.records.values()]
         return min(found) if found else None
 
     @property
@@ -83,23 +95,54 @@ class Tracker:
     restored: dict[str, tuple[int, CheckCount]] = field(default_factory=dict)
     #: Broker time of the last half record read, per partition (the floor when none pends).
     last_half_ms: dict[int, int] = field(default_factory=dict)
+    #: Per partition, the committed half offset this session started from (0: none).
+    committed_half: dict[int, int] = field(default_factory=dict)
+    #: Per partition, the first half record this session read: (offset, broker time).
+    first_read: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: Partitions read from their committed half offset whose first half record read lay past
+    #: it (retention removed what was between), not yet read to their end this assignment.
+    catching_up: set[int] = field(default_factory=set)
     duplicates: int = 0
     conflicts: int = 0
+
+    def reading_from(self, partition: int, committed_half: int) -> None:
+        """The session starts reading ``partition`` at its committed half offset (negative:
+        none). A copy read later whose original lies at or past that offset, yet below the
+        first record read, names an original this checker never read and never will:
+        retention removed it. Such a copy is taken up as pending, not ignored (nothing else
+        would ever decide its transaction). Below the committed offset, an original was read
+        by an earlier session, which never commits past a pending one: decided, so ignored.
+        A session whose committed offset is still in the log reads every original it names."""
+        self.committed_half[partition] = max(committed_half, 0)
+        self.first_read.pop(partition, None)
+        self.catching_up.add(partition)
+
+    def read_to_end(self, partition: int) -> None:
+        """The session read ``partition``'s half records to the end it had when assigned: every
+        copy of an original it never read has been seen (:meth:`half_floor`)."""
+        self.catching_up.discard(partition)
 
     def add_half(self, record: HalfRecord) -> None:
         self.last_half_ms[record.partition] = max(
             self.last_half_ms.get(record.partition, 0), record.timestamp_ms
         )
+        first = self.first_read.setdefault(record.partition, (record.offset, record.timestamp_ms))
         if record.txn_id in self.decided:
             return
         entry = self.pending.get(record.txn_id)
         if entry is None:
-            if record.is_copy:
+            orphaned = record.is_copy and self._original_gone(record, first[0])
+            if record.is_copy and not orphaned:
                 return  # a copy of a transaction decided before this checker's position
             immunity_ms = (record.check_immunity_s or 0) * 1000
             entry = Pending(record.txn_id, record.producer_group, record.partition)
+            # An orphan's own first record is older than anything still readable: from the
+            # first record read on, every decision a copy read later may need is re-read.
             entry.first_ms = record.timestamp_ms
-            entry.due_ms = record.timestamp_ms + max(self.timeout_ms, immunity_ms)
+            if orphaned:
+                entry.first_ms = min(first[1], record.timestamp_ms)
+            entry.due_ms = entry.first_ms + max(self.timeout_ms, immunity_ms)
+            entry.orphaned = orphaned
             found = self.restored.pop(record.txn_id, None)
             if found is not None:
                 count = found[1]
@@ -164,6 +207,13 @@ class Tracker:
         for txn_id in [t for t, (p, _) in self.restored.items() if p == partition]:
             del self.restored[txn_id]
         self.last_half_ms.pop(partition, None)
+        self.committed_half.pop(partition, None)
+        self.first_read.pop(partition, None)
+        self.catching_up.discard(partition)
+
+    def _original_gone(self, copy: HalfRecord, first_read: int) -> bool:
+        since = self.committed_half.get(copy.partition)
+        return since is not None and since <= copy.original_offset < first_read
 
     def stale_counts(self, partition: int) -> list[str]:
         """Counts read back for transactions the partition, read to its end, does not hold
@@ -178,20 +228,40 @@ class Tracker:
 
     def half_floor(self, partition: int, read_position: int) -> int:
         """The half offset a restart must read from: never past a pending transaction's first
-        record (original, or a resumed copy not yet fetched)."""
+        record (original, or a resumed copy not yet fetched), nor past the committed offset
+        while the partition is :attr:`catching_up` - copies still to be read may name originals
+        retention removed, which a restart recognises only from that offset."""
         firsts = [
             first
             for p in self.pending.values()
             if p.partition == partition and (first := p.first_offset) is not None
         ]
-        return min([*firsts, read_position])
+        held = self._holding(partition)
+        return min([*firsts, read_position, *([] if held is None else [held[0]])])
 
-    def floor_ms(self, partition: int) -> int | None:
-        """Broker time from which a restart must re-read decisions (before ``slack_ms``)."""
+    def floor_ms(self, partition: int, *, restart: bool = True) -> int | None:
+        """Broker time from which a restart must re-read decisions (before ``slack_ms``): while
+        catching up, no later than the first record read (a restart reads copies from there
+        on, of transactions decided since). Without ``restart``: the floor for this session's
+        own reading, which goes on from the last record read (:meth:`prune`)."""
         firsts = [p.first_ms for p in self.pending.values() if p.partition == partition]
+        held = self._holding(partition) if restart else None
+        if held is not None and held[1] is not None:
+            firsts.append(held[1])
         if firsts:
             return min(firsts)
         return self.last_half_ms.get(partition)
+
+    def _holding(self, partition: int) -> tuple[int, int | None] | None:
+        """(committed offset, first record's broker time) while ``partition`` is catching up
+        past a gap retention left; None otherwise."""
+        if partition not in self.catching_up:
+            return None
+        since = self.committed_half[partition]
+        first = self.first_read.get(partition)
+        if first is None:
+            return (since, None)
+        return (since, first[1]) if first[0] > since else None
 
     def prune(self) -> int:
         """Forget decisions no half record still to be read can need; returns how many."""
@@ -199,7 +269,7 @@ class Tracker:
         gone = []
         for txn_id, decided in self.decided.items():
             if decided.partition not in floors:
-                floors[decided.partition] = self.floor_ms(decided.partition)
+                floors[decided.partition] = self.floor_ms(decided.partition, restart=False)
             floor = floors[decided.partition]
             if floor is not None and decided.ts_ms < floor - self.slack_ms:
                 gone.append(txn_id)

@@ -53,6 +53,100 @@ def test_a_copy_of_a_transaction_not_pending_here_makes_no_entry() -> None:
     tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
     tracker.add_half(replace(half(0, broker_ms=1_000), offset=70, origin_offset=3))
     assert tracker.pending == {}
+    # nor when the session read the partition from its committed offset, which lies past the
+    # original (read by an earlier session, which never commits past a pending one), or at it
+    for committed, first_read in [(10, 10), (3, 3), (-1001, 0)]:
+        tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+        tracker.reading_from(0, committed)
+        tracker.add_half(replace(half(first_read, broker_ms=500), txn_id="other"))
+        tracker.add_half(replace(half(0, broker_ms=1_000), offset=70, origin_offset=3))
+        assert TXN not in tracker.pending, (committed, first_read)
+
+
+def copy_of(origin: int, offset: int, broker_ms: int, index: int = 0) -> HalfRecord:
+    return replace(half(index, broker_ms), offset=offset, origin_offset=origin)
+
+
+@pytest.mark.parametrize("committed", [-1001, 0, 2], ids=["new-group", "from-0", "below-it"])
+def test_a_copy_whose_original_retention_removed_unread_is_taken_up(committed: int) -> None:
+    # Given a session that started below the log start (the first record it read is at 50)
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000, slack_ms=1_000)
+    tracker.reading_from(0, committed)
+    tracker.add_half(replace(half(50, broker_ms=40_000), txn_id="other", offset=50))
+    tracker.decide("other", OpState.COMMIT, 0, ts_ms=41_000)
+    # When it reads the copies of a transaction whose originals (3 and 4) are gone
+    tracker.add_half(copy_of(origin=3, offset=70, broker_ms=90_000))
+    tracker.add_half(copy_of(origin=4, offset=71, broker_ms=90_000, index=1))
+    tracker.read_to_end(0)
+    # Then the transaction is pending, once, naming its originals
+    [made] = tracker.pending.values()
+    assert made.offsets == [3, 4] and made.orphaned and not made.reported
+    # its time the first record read, older than the copy: decisions a later copy may need
+    # are re-read from there, and it is due a timeout after it
+    assert made.first_ms == 40_000 and tracker.floor_ms(0) == 40_000
+    assert [p.txn_id for p in tracker.due(46_000)] == [TXN]
+    # and the committed half offset goes back to its original, so that a restart - reading
+    # from the log start again - takes it up again
+    assert tracker.half_floor(0, read_position=99) == 3
+    restarted = Tracker(timeout_ms=6000, interval_ms=30_000)
+    restarted.reading_from(0, tracker.half_floor(0, read_position=99))
+    restarted.add_half(replace(half(60, broker_ms=50_000), txn_id="other", offset=60))
+    restarted.add_half(copy_of(origin=3, offset=70, broker_ms=90_000))
+    assert restarted.pending[TXN].orphaned
+    # A decision read for it ends it as for any other
+    assert tracker.decide(TXN, OpState.COMMIT, 0, ts_ms=95_000) is made
+    assert tracker.half_floor(0, read_position=99) == 99
+
+
+def test_a_session_catching_up_past_a_gap_commits_no_further_until_read_to_the_end() -> None:
+    # Given a session started at committed offset 2, below the log start (first read: 50)
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000, slack_ms=1_000)
+    tracker.reading_from(0, 2)
+    assert tracker.half_floor(0, read_position=5) == 2  # nothing read yet
+    tracker.add_half(replace(half(50, broker_ms=40_000), txn_id="other", offset=50))
+    tracker.decide("other", OpState.COMMIT, 0, ts_ms=41_000)
+    tracker.add_half(replace(half(58, broker_ms=55_000), txn_id="later", offset=58))
+    tracker.decide("later", OpState.COMMIT, 0, ts_ms=56_000)
+    # When it commits before it has read the copies (a restart, a rebalance, 5 s passing)
+    # Then the committed offset stays where it was, and the floor at the first record read
+    assert tracker.half_floor(0, read_position=60) == 2
+    assert tracker.floor_ms(0) == 40_000
+    # so a restart from there still takes up a copy whose original (3) is gone
+    restarted = Tracker(timeout_ms=6000, interval_ms=30_000)
+    restarted.reading_from(0, tracker.half_floor(0, read_position=60))
+    restarted.add_half(replace(half(55, broker_ms=45_000), txn_id="other", offset=55))
+    restarted.add_half(copy_of(origin=3, offset=70, broker_ms=90_000))
+    assert restarted.pending[TXN].orphaned
+    # while this session's own reading forgets decisions older than its last record read
+    assert tracker.prune() == 1 and set(tracker.decided) == {"later"}
+    # Once read to its end, the position moves on as always
+    tracker.read_to_end(0)
+    assert tracker.half_floor(0, read_position=60) == 60
+    assert tracker.floor_ms(0) == 55_000  # the last half read
+    # and a session whose first record is its committed offset holds nothing back
+    trusted = Tracker(timeout_ms=6000, interval_ms=30_000)
+    trusted.reading_from(0, 50)
+    trusted.add_half(replace(half(50, broker_ms=40_000), txn_id="other", offset=50))
+    trusted.decide("other", OpState.COMMIT, 0, ts_ms=41_000)
+    assert trusted.half_floor(0, read_position=60) == 60
+
+
+def test_a_copy_of_a_decided_transaction_is_not_taken_up_even_with_its_original_gone() -> None:
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+    tracker.reading_from(0, -1001)
+    tracker.decide(TXN, OpState.ROLLBACK, 0, ts_ms=30_000)
+    tracker.add_half(copy_of(origin=3, offset=70, broker_ms=20_000))
+    assert tracker.pending == {}
+
+
+def test_a_partition_given_up_forgets_where_its_session_started() -> None:
+    tracker = Tracker(timeout_ms=6000, interval_ms=30_000)
+    tracker.reading_from(0, -1001)
+    tracker.add_half(replace(half(50, broker_ms=1), txn_id="other", offset=50))
+    tracker.drop_partition(0)
+    # reassigned with no reading_from (or not yet): a copy is a decided one's
+    tracker.add_half(copy_of(origin=3, offset=70, broker_ms=2))
+    assert tracker.pending == {}
 
 
 def test_a_restored_check_count_goes_to_its_transaction_and_stale_ones_are_named() -> None:
