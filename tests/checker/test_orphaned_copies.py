@@ -10,6 +10,7 @@ oldest-pending gauge rose (the relay's restarts from each copy, the checker trac
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 import uuid
@@ -60,6 +61,12 @@ def delete_below(bootstrap: str, topic: str, partition: int, offset: int) -> int
     admin = AdminClient({"bootstrap.servers": bootstrap})
     [future] = admin.delete_records([TopicPartition(topic, partition, offset)]).values()
     return int(future.result(30).low_watermark)
+
+
+def orders_group(settings: OutboxSettings) -> OutboxProducer:
+    """An instance of producer group "orders" (the group :class:`Writer` writes for), to serve
+    checks with a resolver of the test's own."""
+    return OutboxProducer(dataclasses.replace(settings, producer_group="orders"))
 
 
 @pytest.mark.parametrize("history", ["new-group", "down-past-retention", "restarted-while-pending"])
@@ -204,14 +211,7 @@ def test_a_checker_overtaken_by_retention_while_reading_starts_over_and_misses_n
             return LocalTransactionState.ROLLBACK
         return LocalTransactionState.COMMIT
 
-    service = OutboxProducer(
-        OutboxSettings(
-            bootstrap_servers=kafka_bootstrap,
-            producer_group="orders",
-            topic_prefix=prefix,
-            partitions=outbox_settings.partitions,
-        )
-    )
+    service = orders_group(outbox_settings)
     service.serve_checks(resolver=FunctionResolver(answer, answer_timeout_s=45), secret=SECRET)
     # Given a checker whose consumer reads ahead by about one record (so what it has not read
     # yet is still on the broker only)
@@ -263,14 +263,7 @@ def test_a_committed_position_past_the_partitions_end_is_read_from_its_beginning
     """A half log cut back below the group's committed offset (an unclean leader election, the
     topic made again): read from its beginning, not started over for ever on the same offset."""
     prefix, names = outbox_settings.topic_prefix, outbox_settings.topics
-    service = OutboxProducer(
-        OutboxSettings(
-            bootstrap_servers=kafka_bootstrap,
-            producer_group="orders",
-            topic_prefix=prefix,
-            partitions=outbox_settings.partitions,
-        )
-    )
+    service = orders_group(outbox_settings)
     service.serve_checks(
         resolver=FunctionResolver(lambda message: LocalTransactionState.COMMIT), secret=SECRET
     )
