@@ -99,8 +99,9 @@ class Tracker:
     committed_half: dict[int, int] = field(default_factory=dict)
     #: Per partition, the first half record this session read: (offset, broker time).
     first_read: dict[int, tuple[int, int]] = field(default_factory=dict)
-    #: Partitions read from their committed half offset whose first half record read lay past
-    #: it (retention removed what was between), not yet read to their end this assignment.
+    #: Partitions not yet read to their end since assigned. Those whose first half record read
+    #: lay past the committed offset (retention removed what was between) hold the committed
+    #: position back meanwhile (:meth:`_holding`).
     catching_up: set[int] = field(default_factory=set)
     duplicates: int = 0
     conflicts: int = 0
@@ -126,7 +127,9 @@ class Tracker:
         self.last_half_ms[record.partition] = max(
             self.last_half_ms.get(record.partition, 0), record.timestamp_ms
         )
-        first = self.first_read.setdefault(record.partition, (record.offset, record.timestamp_ms))
+        first = self.first_read.get(record.partition)
+        if first is None:  # (a tuple made once per partition, not per record)
+            first = self.first_read[record.partition] = (record.offset, record.timestamp_ms)
         if record.txn_id in self.decided:
             return
         entry = self.pending.get(record.txn_id)
@@ -136,10 +139,10 @@ class Tracker:
                 return  # a copy of a transaction decided before this checker's position
             immunity_ms = (record.check_immunity_s or 0) * 1000
             entry = Pending(record.txn_id, record.producer_group, record.partition)
-            # An orphan's own first record is older than anything still readable: from the
-            # first record read on, every decision a copy read later may need is re-read.
             entry.first_ms = record.timestamp_ms
             if orphaned:
+                # Its own first record is older than anything still readable: from the first
+                # record read on, every decision a copy read later may need is re-read.
                 entry.first_ms = min(first[1], record.timestamp_ms)
             entry.due_ms = entry.first_ms + max(self.timeout_ms, immunity_ms)
             entry.orphaned = orphaned
