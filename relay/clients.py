@@ -62,6 +62,9 @@ def consumer_config(settings: RelaySettings) -> dict[str, Any]:
         # after a restart) or retention removed records: jumping to either end
         # would repeat or skip decisions, so the session starts over instead.
         "auto.offset.reset": "error",
+        # An op partition read to its end tells how far its ops are known (relay.op_frontier);
+        # the position alone cannot: it never passes a trailing commit marker.
+        "enable.partition.eof": True,
     }
 
 

@@ -145,6 +145,7 @@ class Rebalance:
                 and self.partitions.committed.get(p) == ours
             ):
                 kept[p] = state
+                state.op_frontier.reassigned()  # ops may have come while it was let go
                 self.partitions.states[p] = state
                 log.info(
                     "partition %d kept across the rebalance: nothing committed since this "

@@ -40,7 +40,9 @@ class Router:
             if error.code() == KafkaError._AUTO_OFFSET_RESET:
                 self.out_of_range(str(msg.topic()), int(msg.partition() or 0), error)
                 return
-            if error.code() != KafkaError._PARTITION_EOF:
+            if error.code() == KafkaError._PARTITION_EOF:
+                self.reached_end(msg)
+            else:
                 log.warning("consumer error: %s", error.str())
             return
         partition = msg.partition()
@@ -66,10 +68,20 @@ class Router:
                         f"op record at partition {state.partition} offset {offset} names half "
                         f"partition {op.half_partition}; a transaction's op and halves share one"
                     )
-                state.add_op(offset, op)
+                stamp = msg.timestamp()[1]
+                state.add_op(offset, op, stamp if stamp >= 0 else None)
         except ProtocolError as err:
             bad = _bad(msg, state.partition, offset, str(err))
             state.add_bad(bad, half=msg.topic() == self._half)
+
+    def reached_end(self, msg: Message) -> None:
+        """The consumer read a partition to its end: for an op partition, every op written so
+        far was read (what put-back is measured on, :mod:`relay.op_frontier`)."""
+        if msg.topic() == self._half:
+            return
+        state = self.partitions.states.get(int(msg.partition() or 0))
+        if state is not None:
+            state.op_frontier.reached_end()
 
     def out_of_range(self, topic: str, partition: int, error: KafkaError) -> None:
         """Start over. Below the log start, retention removed half or op records before they

@@ -50,6 +50,7 @@ from relay.actions import (
 )
 from relay.decisions import Decisions
 from relay.held import promote_held
+from relay.op_frontier import OpFrontier
 from relay.pending import Pending
 from relay.progress import Progress
 from relay.rebuild_point import RebuildPoint
@@ -71,7 +72,10 @@ class PartitionState:
     gap: tuple[int, int] | None = None
     pending: Pending = field(init=False)
     decided: Decisions = field(default_factory=Decisions)
-    queue: deque[tuple[int, OpRecord | None]] = field(default_factory=deque)
+    #: Ops read, not handled yet, in partition order: (offset, op, broker stamp).
+    queue: deque[tuple[int, OpRecord | None, int | None]] = field(default_factory=deque)
+    #: How far the op partition is known read: what put-back is measured on.
+    op_frontier: OpFrontier = field(default_factory=OpFrontier)
     #: COMMITs handled but not written yet (topic missing or refused): txn id -> op.
     parked: dict[str, OpRecord] = field(default_factory=dict)
     #: The op offset a rebuild would start from, as decisions are made ahead of the reader.
@@ -103,9 +107,11 @@ class PartitionState:
         if evicted:
             self.counters.evicted += evicted
 
-    def add_op(self, offset: int, op: OpRecord | None) -> None:
-        """Queue an op in partition order; None for a tombstone or an undecodable one."""
-        self.queue.append((offset, op))
+    def add_op(self, offset: int, op: OpRecord | None, timestamp_ms: int | None = None) -> None:
+        """Queue an op in partition order; None for a tombstone or an undecodable one.
+        ``timestamp_ms`` is its broker stamp (None: none known)."""
+        self.queue.append((offset, op, timestamp_ms))
+        self.op_frontier.read(timestamp_ms)
 
     def add_bad(self, bad: BadRecord, *, half: bool) -> None:
         """An undecodable record: dead-lettered with the next batch, its offset passed."""
@@ -136,7 +142,10 @@ class PartitionState:
         """Everything that can be done now, or the records needed before going on.
 
         After a :class:`Need`, :meth:`supply` the records and call again: what was decided so
-        far is kept. ``log_end`` is the half partition's end offset as last seen;
+        far is kept. ``now_ms`` is the broker's time; a pending transaction is put back once
+        undecided for ``put_back_after_ms`` as of the ops read and handled
+        (:mod:`relay.op_frontier`), not merely by ``now_ms``. ``log_end`` is the half partition's
+        end offset as last seen;
         ``verified_end`` is one just read from the broker, when the relay had reason to ask: an
         op naming records at or past it can never be carried out (producers write their half
         records before their op). Transactions in ``unmovable`` are never put back (their
@@ -147,7 +156,9 @@ class PartitionState:
         if need is None:
             need = self._retry_parked(promotable)
         if need is None:
-            need = self._put_back(now_ms - put_back_after_ms, max_put_back, unmovable)
+            known = self._ops_known_to(now_ms)
+            if known is not None:
+                need = self._put_back(known - put_back_after_ms, max_put_back, unmovable)
         if need is not None:
             return need
         actions, self.out = self.out, []
@@ -188,7 +199,7 @@ class PartitionState:
 
     def _handle_ops(self, verified_end: int | None, promotable: Promotable) -> Need | None:
         while self.queue:
-            offset, op = self.queue[0]
+            offset, op, _ = self.queue[0]
             if op is not None:
                 outcome = self._handle(op, verified_end, promotable)
                 if isinstance(outcome, Need):
@@ -322,6 +333,17 @@ class PartitionState:
         return None
 
     # -- put-back and memory -----------------------------------------------------------------
+
+    def _ops_known_to(self, now_ms: int) -> int | None:
+        """The broker time up to which this partition's ops are read and handled (None:
+        unknown yet, so nothing is put back): an op waiting at the head of the queue is not
+        handled, nor is any behind it (:mod:`relay.op_frontier`)."""
+        known = self.op_frontier.known_to(now_ms)
+        if known is not None and self.queue:
+            head = self.queue[0][2]
+            if head is not None and head < known:
+                return head
+        return known
 
     def _put_back(self, older_than_ms: int, limit: int, unmovable: Container[str]) -> Need | None:
         """Re-append pending transactions whose oldest record is older than the threshold."""

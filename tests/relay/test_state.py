@@ -282,6 +282,7 @@ def test_a_long_pending_transaction_is_put_back_and_promoted_from_its_copy() -> 
     state.add_half(half(0, 0, ts=1_000))
     state.add_half(half(1, 1, ts=1_000))
     state.add_op(0, op(1, OpState.COMMIT, (1,), at=0))
+    state.op_frontier.reached_end()  # every op written so far was read
     # When txn 0 stays undecided past the put-back threshold
     batch = take(state, now=1_000 + HOUR_MS)
     assert kinds(batch) == [Promote, PutBack]
@@ -300,6 +301,7 @@ def test_an_unmovable_transaction_is_never_put_back_and_the_ones_after_it_still_
     state = PartitionState(0)
     state.add_half(half(0, 0, ts=1_000))
     state.add_half(half(1, 1, ts=1_000))
+    state.op_frontier.reached_end()
     # When txn 0's copy was refused and both stay undecided past the put-back threshold
     batch = state.take(1_000 + HOUR_MS, put_back_after_ms=HOUR_MS, unmovable={TXN[0]})
     # Then only txn 1 is put back, and the committed half offset waits at txn 0
@@ -310,6 +312,54 @@ def test_an_unmovable_transaction_is_never_put_back_and_the_ones_after_it_still_
     state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
     [promote] = take(state, now=1_000 + HOUR_MS).actions
     assert isinstance(promote, Promote) and promote.records[0].offset == 0
+
+
+def test_put_back_waits_until_the_ops_read_reach_past_the_threshold() -> None:
+    """Catching up: the clock (the newest half read) is an hour on, the ops read so far are
+    old. A transaction is put back only once it is undecided for the threshold as of the ops
+    read (or the op partition was read to its end)."""
+    state = PartitionState(0)
+    state.add_half(half(0, 0, ts=1_000))
+    state.add_half(half(1, 1, ts=1_000))
+    now = 1_000 + 2 * HOUR_MS
+    # When nothing is known of the op partition yet
+    assert take(state, now=now).actions == []
+    # When the ops read so far were written a minute after the halves
+    state.add_op(0, op(1, OpState.COMMIT, (1,), at=0), 61_000)
+    assert kinds(take(state, now=now)) == [Promote]  # txn 0 is not put back
+    # When an op read was written past the threshold after txn 0's half
+    state.add_op(1, None, 1_000 + HOUR_MS + 1)
+    [put_back] = take(state, now=now).actions
+    assert isinstance(put_back, PutBack) and put_back.records[0].txn_id == TXN[0]
+
+
+def test_the_op_partition_read_to_its_end_measures_put_back_on_the_clock() -> None:
+    state = PartitionState(0)
+    state.add_half(half(0, 0, ts=1_000))
+    state.add_op(0, op(9, OpState.ROLLBACK, (0,), at=0), 2_000)
+    assert take(state, now=1_000 + HOUR_MS + 1).actions == []  # (txn 9: a repeat, counted)
+    state.op_frontier.reached_end()
+    assert kinds(take(state, now=1_000 + HOUR_MS + 1)) == [PutBack]
+    # Given back after a rebalance, the ops written meanwhile are not read yet
+    state.add_half(half(1, 2, ts=1_000))
+    state.op_frontier.reassigned()
+    assert take(state, now=1_000 + 2 * HOUR_MS).actions == []
+
+
+def test_no_transaction_whose_op_waits_in_the_queue_is_put_back() -> None:
+    """An op waiting at the head of the queue (its half record not read yet) holds back the
+    ops read behind it: their transactions are undecided only because they are not handled."""
+    state = PartitionState(0)
+    state.add_half(half(1, 0, ts=1_000))
+    state.add_op(0, op(0, OpState.COMMIT, (1,), at=0), 2_000)  # its half (offset 1) unread
+    state.add_op(1, op(1, OpState.COMMIT, (0,), at=1), 1_000 + 2 * HOUR_MS)
+    state.op_frontier.reached_end()
+    assert take(state, now=1_000 + 3 * HOUR_MS).actions == []  # txn 1 waits, not put back
+    state.add_half(half(0, 1, ts=1_000))
+    assert [a.op.txn_id for a in take(state, now=1_000 + 3 * HOUR_MS).actions] == [  # type: ignore[union-attr]
+        TXN[0],
+        TXN[1],
+    ]
 
 
 def test_values_over_the_memory_cap_are_dropped_and_fetched_when_committed() -> None:

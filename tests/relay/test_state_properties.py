@@ -36,6 +36,7 @@ class World:
     cap: int
     half: list[HalfRecord] = field(default_factory=list)
     ops: list[OpRecord] = field(default_factory=list)
+    op_stamps: list[int] = field(default_factory=list)  # each op's broker stamp
     out: list[tuple[str, int]] = field(default_factory=list)
     txns: list[tuple[int, ...]] = field(default_factory=list)  # half offsets per txn
     now: int = 0
@@ -86,6 +87,7 @@ class World:
                     offset=len(self.ops),
                 )
             )
+            self.op_stamps.append(self.now)
 
     # -- what the relay does -------------------------------------------------------------
 
@@ -94,8 +96,10 @@ class World:
             self.state.add_half(record)
         self.read_half = min(len(self.half), self.read_half + halves)
         for op in self.ops[self.read_op : self.read_op + ops]:
-            self.state.add_op(op.offset, op)
+            self.state.add_op(op.offset, op, self.op_stamps[op.offset])
         self.read_op = min(len(self.ops), self.read_op + ops)
+        if self.read_op == len(self.ops):  # the consumer's end-of-partition event
+            self.state.op_frontier.reached_end()
 
     def _take(self) -> Batch:
         while True:
