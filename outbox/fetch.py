@@ -42,6 +42,11 @@ class HalfFetcher:
                     "isolation.level": "read_committed",
                     "auto.offset.reset": "error",
                     "enable.partition.eof": True,
+                    # Reads records that exist: no long poll. With the default 500 ms, the fetch
+                    # left waiting past the records of one lookup held up the first fetch of the
+                    # next: ~500 ms a lookup (measured, one after another: p50 504 ms), which a
+                    # relay pays per transaction whose values it dropped under the memory cap.
+                    "fetch.wait.max.ms": 10,
                 }
             )
         )

@@ -90,6 +90,7 @@ class BatchCommitter:
         #: Stamps each Kafka transaction's committed progress (:mod:`relay.commit_token`).
         self.tokens = tokens or CommitTokens()
         self._promotable = functools.partial(refusals.promotable, topics)
+        self._still_parked = functools.partial(refusals.still_parked, topics)
 
     def commit(self, timeout: float | None = None) -> None:
         """Commit what every partition can do now, and its progress, in one Kafka transaction.
@@ -143,6 +144,7 @@ class BatchCommitter:
                     self.consumer, self.watermarks, partition, state
                 ),
                 promotable=self._promotable,
+                still_parked=self._still_parked,
                 unmovable=self.writer.unmovable,
             )
             if isinstance(result, Batch):

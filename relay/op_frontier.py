@@ -13,14 +13,18 @@ So each partition measures its pending transactions against its op partition:
 
 * at its end (the consumer's end-of-partition event, after skipping any commit markers), every
   op written until now was read: the relay's clock;
-* otherwise, the broker stamp of the newest op read there (ops are stamped ``LogAppendTime``,
-  so in offset order): an op written later has not been read;
-* an op read but waiting in the queue (for half records not read yet) is not handled: the
-  stamp of the op at the head of the queue bounds it too (a transaction whose op waits behind
-  it is not put back unless its op came ``put_back_after_s`` after its halves);
+* otherwise, the stamp of the newest op read there (the broker's, ``LogAppendTime``, on topics
+  made by ``topics ensure``, so in offset order; on a topic stamped by its producers,
+  their clocks'): an op written later has not been read;
+* an op read but waiting at the head of the queue for half records the reader has not reached
+  is not handled: its stamp bounds the time too (a transaction whose op waits behind it is not
+  put back unless its op came ``put_back_after_s`` after its halves);
 * nothing yet in this life of the state: no put-back until the reader learns either.
 
-A transaction is thus put back only if it would have been by a relay that never stopped.
+A transaction is thus put back when a relay keeping up would have put it back. Not exactly:
+once read to its end, a partition counts as read up to the clock until the next op arrives, so
+while its op fetches stall (a leader away) transactions decided by ops not fetched yet are put
+back as before.
 """
 
 from __future__ import annotations

@@ -103,6 +103,13 @@ class Refusals:
             )
         return why
 
+    def still_parked(self, topics: Topics, op: OpRecord, names: tuple[str, ...]) -> str | None:
+        """Why the parked ``op``, whose records write to the real topics ``names``, still
+        waits (None: it may go now), asked before its records are read back by offset
+        (:data:`relay.whole.StillParked`). Answers as :meth:`promotable` would, and counts the
+        same way towards the order refused transactions are retried in."""
+        return self._why_not_by_name(topics, op, names)
+
     def _why_not(self, topics: Topics, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
         # one record is the common case, once per promotion: no set, no sort
         names = (
@@ -110,6 +117,9 @@ class Refusals:
             if len(records) == 1
             else sorted({r.message.topic for r in records})
         )
+        return self._why_not_by_name(topics, op, names)
+
+    def _why_not_by_name(self, topics: Topics, op: OpRecord, names: Iterable[str]) -> str | None:
         for topic in names:
             if not topics.exists(topic):
                 return f"topic {topic} does not exist (set auto_create_topics to create it)"

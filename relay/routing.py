@@ -68,19 +68,21 @@ class Router:
                         f"op record at partition {state.partition} offset {offset} names half "
                         f"partition {op.half_partition}; a transaction's op and halves share one"
                     )
-                stamp = msg.timestamp()[1]
-                state.add_op(offset, op, stamp if stamp >= 0 else None)
+                state.add_op(offset, op, _stamp(msg))
         except ProtocolError as err:
             bad = _bad(msg, state.partition, offset, str(err))
-            state.add_bad(bad, half=msg.topic() == self._half)
+            state.add_bad(bad, half=msg.topic() == self._half, timestamp_ms=_stamp(msg))
 
     def reached_end(self, msg: Message) -> None:
         """The consumer read a partition to its end: for an op partition, every op written so
-        far was read (what put-back is measured on, :mod:`relay.op_frontier`)."""
-        if msg.topic() == self._half:
-            return
+        far was read (what put-back is measured on, :mod:`relay.op_frontier`); for a half
+        partition, the reader passed any commit markers before the end."""
         state = self.partitions.states.get(int(msg.partition() or 0))
-        if state is not None:
+        if state is None:
+            return
+        if msg.topic() == self._half:
+            state.half_read_to(int(msg.offset() or 0))
+        else:
             state.op_frontier.reached_end()
 
     def out_of_range(self, topic: str, partition: int, error: KafkaError) -> None:
@@ -104,6 +106,12 @@ class Router:
         if position < low:
             raise Restart(f"{removed} by retention before the relay read them; going on at {low}")
         raise Restart(f"{topic}[{partition}] position {position} out of range: {error.str()}")
+
+
+def _stamp(msg: Message) -> int | None:
+    """The record's timestamp (the broker's, on topics made by ``topics ensure``), if any."""
+    stamp = msg.timestamp()[1]
+    return stamp if stamp >= 0 else None
 
 
 def _bad(msg: Message, partition: int, offset: int, reason: str) -> BadRecord:

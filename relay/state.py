@@ -54,7 +54,16 @@ from relay.op_frontier import OpFrontier
 from relay.pending import Pending
 from relay.progress import Progress
 from relay.rebuild_point import RebuildPoint
-from relay.whole import GAP, NOT_FOUND, Promotable, always, part_of
+from relay.whole import (
+    GAP,
+    NOT_FOUND,
+    Promotable,
+    StillParked,
+    always,
+    never_parked,
+    part_of,
+    topics_of,
+)
 
 
 @dataclass
@@ -78,6 +87,8 @@ class PartitionState:
     op_frontier: OpFrontier = field(default_factory=OpFrontier)
     #: COMMITs handled but not written yet (topic missing or refused): txn id -> op.
     parked: dict[str, OpRecord] = field(default_factory=dict)
+    #: The real topics a parked transaction writes to, once its records were read here.
+    parked_topics: dict[str, tuple[str, ...]] = field(default_factory=dict)
     #: The op offset a rebuild would start from, as decisions are made ahead of the reader.
     rebuild_point: RebuildPoint = field(default_factory=RebuildPoint)
     #: Actions decided since the last batch was handed out.
@@ -107,20 +118,29 @@ class PartitionState:
         if evicted:
             self.counters.evicted += evicted
 
+    def half_read_to(self, end: int) -> None:
+        """The consumer read the half partition to its end at ``end`` (read_committed: every
+        committed record below it was delivered; the offsets it skipped were commit markers or
+        aborted records). Without this, a partition ending in a marker - after the relay's own
+        put-back copies - would never count as read past its end until another record came, and
+        an op held until the reader passes ``resumed_end`` would wait that long."""
+        if end > self.half_position:
+            self.half_position = end
+
     def add_op(self, offset: int, op: OpRecord | None, timestamp_ms: int | None = None) -> None:
         """Queue an op in partition order; None for a tombstone or an undecodable one.
         ``timestamp_ms`` is its broker stamp (None: none known)."""
         self.queue.append((offset, op, timestamp_ms))
         self.op_frontier.read(timestamp_ms)
 
-    def add_bad(self, bad: BadRecord, *, half: bool) -> None:
+    def add_bad(self, bad: BadRecord, *, half: bool, timestamp_ms: int | None = None) -> None:
         """An undecodable record: dead-lettered with the next batch, its offset passed."""
         self.out.append(bad)
         self.counters.bad_records += 1
         if half:
             self.half_position = max(self.half_position, bad.offset + 1)
         else:
-            self.add_op(bad.offset, None)
+            self.add_op(bad.offset, None, timestamp_ms)
 
     def supply(self, txn_id: str, records: Iterable[HalfRecord] | None) -> None:
         """Answer a :class:`Need`: the records found at its offsets (None: not found)."""
@@ -136,6 +156,7 @@ class PartitionState:
         log_end: int = 0,
         verified_end: int | None = None,
         promotable: Promotable = always,
+        still_parked: StillParked = never_parked,
         max_put_back: int = 1000,
         unmovable: Container[str] = frozenset(),
     ) -> Batch | Need:
@@ -148,13 +169,15 @@ class PartitionState:
         end offset as last seen;
         ``verified_end`` is one just read from the broker, when the relay had reason to ask: an
         op naming records at or past it can never be carried out (producers write their half
-        records before their op). Transactions in ``unmovable`` are never put back (their
+        records before their op). ``still_parked`` is asked about a parked transaction whose
+        records are not in memory before they are read back. Transactions in ``unmovable`` are
+        never put back (their
         copies were refused): they stay pending where they are.
         """
         self._log_end = max(self._log_end, log_end, self.half_position, self.resumed_end)
         need = self._handle_ops(verified_end, promotable)
         if need is None:
-            need = self._retry_parked(promotable)
+            need = self._retry_parked(promotable, still_parked)
         if need is None:
             known = self._ops_known_to(now_ms)
             if known is not None:
@@ -269,6 +292,7 @@ class PartitionState:
             return self._reject(op, why)
         if promotable(op, records) is not None:
             self.parked[op.txn_id] = op
+            self.parked_topics[op.txn_id] = topics_of(records)
             self.out.append(Remember(op.txn_id, op))
             if op.txn_id not in self.pending.entries:
                 self._hold(op.txn_id, op.producer_group, records, op_pos=op.offset)
@@ -286,6 +310,7 @@ class PartitionState:
         if self.half_position < self._log_end:  # a copy put back before may lie ahead
             self.decided.remember(op.txn_id, op.state, until=self._log_end)
         if self.parked.pop(op.txn_id, None) is not None:
+            self.parked_topics.pop(op.txn_id, None)
             self.out.append(Remember(op.txn_id, None))
         self.pending.forget(op.txn_id)
         self.rebuild_point.bound(op.offset, self.half_position, self._log_end)
@@ -311,13 +336,23 @@ class PartitionState:
             self._hold(txn, op.producer_group, found.values(), op_pos=op.offset)
         return True
 
-    def _retry_parked(self, promotable: Promotable) -> Need | None:
+    def _retry_parked(self, promotable: Promotable, still_parked: StillParked) -> Need | None:
+        pending = self.pending
         for txn, op in list(self.parked.items()):
-            if txn in self.pending.in_flight:
+            if txn in pending.in_flight:
                 continue  # put back meanwhile: retried once its copies are read back
-            if txn not in self.pending.entries and self.half_position < self.resumed_end:
+            entry = pending.entries.get(txn)
+            if entry is None and self.half_position < self.resumed_end:
                 continue  # restored from the state topic: retried once the reader finds it
-            records = self.pending.records_of(op)
+            names = self.parked_topics.get(txn)
+            if (
+                names is not None
+                and (entry is None or entry.evicted)
+                and txn not in pending.fetched
+                and still_parked(op, names) is not None
+            ):
+                continue  # its records are not read back only to hear that again
+            records = pending.records_of(op)
             if isinstance(records, Need):
                 return records
             why = NOT_FOUND if records is None else part_of(records)
@@ -330,18 +365,29 @@ class PartitionState:
                 self.out.append(Promote(op, records))
                 self.counters.promoted += 1
                 self._decided(op)
+            elif names is None:
+                self.parked_topics[txn] = topics_of(records)
         return None
 
     # -- put-back and memory -----------------------------------------------------------------
 
     def _ops_known_to(self, now_ms: int) -> int | None:
         """The broker time up to which this partition's ops are read and handled (None:
-        unknown yet, so nothing is put back): an op waiting at the head of the queue is not
-        handled, nor is any behind it (:mod:`relay.op_frontier`)."""
+        unknown yet, so nothing is put back). An op at the head of the queue waiting for half
+        records the reader has not reached is not handled, nor is any behind it: its stamp
+        bounds the time (:mod:`relay.op_frontier`). Only that wait: it ends as the reader moves
+        on (or the op is found to name records past the end), whereas an op waiting for
+        copies - put-back's own, or an earlier life's before ``resumed_end`` - may need
+        put-back to move the reader at all."""
         known = self.op_frontier.known_to(now_ms)
         if known is not None and self.queue:
-            head = self.queue[0][2]
-            if head is not None and head < known:
+            _, op, head = self.queue[0]
+            if (
+                head is not None
+                and head < known
+                and op is not None
+                and self.half_position <= max(op.half_offsets, default=-1)
+            ):
                 return head
         return known
 

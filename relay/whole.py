@@ -18,6 +18,22 @@ def always(op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
     return None
 
 
+#: The same question for a parked transaction by the topics its records write to, asked before
+#: its records are read back by offset (their values dropped under the memory cap): reading
+#: them back every batch only to be told again that the topic is missing would cost a broker
+#: round trip per parked transaction per batch. None when it may go, else why it still waits.
+StillParked = Callable[[OpRecord, tuple[str, ...]], str | None]
+
+
+def never_parked(op: OpRecord, topics: tuple[str, ...]) -> str | None:
+    return None
+
+
+def topics_of(records: tuple[HalfRecord, ...]) -> tuple[str, ...]:
+    """The real topics ``records`` write to, each once, sorted."""
+    return tuple(sorted({r.message.topic for r in records}))
+
+
 NOT_FOUND = "its half records were not found (retention?)"
 GAP = "its half records were removed by retention before the relay read them"
 

@@ -19,6 +19,7 @@ from outbox.protocol import (
     OpRecord,
     OpState,
     decode_half,
+    decode_op,
     encode_op,
 )
 from tests.kafka_helpers import read_to_end, unique
@@ -38,29 +39,48 @@ def copies_on(bootstrap: str, stream: Stream) -> list[str]:
     return found
 
 
+def op_delays_ms(bootstrap: str, stream: Stream) -> dict[str, int]:
+    """Each transaction's op stamp minus its first half record's (broker time)."""
+    halves: dict[str, int] = {}
+    for msg in read_to_end(bootstrap, stream.settings.topics.half):
+        record = decode_half(value=msg.value(), headers=msg.headers(), offset=msg.offset())
+        if not record.is_copy:
+            halves.setdefault(record.txn_id, msg.timestamp()[1])
+    delays = {}
+    for msg in read_to_end(bootstrap, stream.settings.topics.op):
+        op = decode_op(msg.key(), msg.value())
+        if op is not None and op.txn_id in halves:
+            delays[op.txn_id] = msg.timestamp()[1] - halves[op.txn_id]
+    return delays
+
+
 def test_a_relay_catching_up_puts_back_no_transaction_whose_op_it_has_not_read(
     kafka_bootstrap: str,
 ) -> None:
-    """300 transactions on one partition over ~3 s, each op written right after its halves;
-    a relay started afterwards (as after downtime) with ``put_back_after_s=1`` reads the half
+    """300 transactions on one partition over ~6 s, each op written right after its halves;
+    a relay started afterwards (as after downtime) with ``put_back_after_s=2`` reads the half
     partition ahead of the op partition. Before: the clock jumped to the newest half read and
-    about two thirds of the backlog was put back, already decided by ops not read yet."""
+    all 300 were put back, already decided by ops not read yet."""
     stream = Stream(kafka_bootstrap, unique("__outbox-catchup"))
     for _ in range(30):
         stream.write([(b"k", 1, OpState.COMMIT)] * 10)
-        time.sleep(0.1)
+        time.sleep(0.2)
     assert len(stream.committed) == 300
-    relay = relay_on(stream, put_back_after_s=1, batch_max_records=20)
+    relay = relay_on(stream, put_back_after_s=2, batch_max_records=20)
     try:
         wait_for(lambda: len(delivered(kafka_bootstrap, stream)) >= 300)
-        time.sleep(2)  # anything put back late would be on the topic by now
+        time.sleep(3)  # anything put back late would be on the topic by now
     finally:
         relay.stop()
     counts = delivered(kafka_bootstrap, stream)
     assert set(counts) == {(txn, 0) for txn in stream.committed}
     assert set(counts.values()) == {1}
-    assert copies_on(kafka_bootstrap, stream) == []
-    assert relay.relay.totals()["put_back"] == 0
+    # A relay keeping up puts back a transaction whose op came 2 s after its halves (a loaded
+    # machine can make one): those may be copied, no other
+    delays = op_delays_ms(kafka_bootstrap, stream)
+    prompt = {txn for txn, delay in delays.items() if delay < 1_500}
+    assert len(prompt) >= 250, sorted(delays.values())[-20:]
+    assert prompt.isdisjoint(copies_on(kafka_bootstrap, stream))
 
 
 def test_a_restarted_relay_on_a_quiet_op_partition_ending_in_a_commit_marker_still_puts_back(
@@ -104,3 +124,31 @@ def test_a_restarted_relay_on_a_quiet_op_partition_ending_in_a_commit_marker_sti
         second.stop()
     assert copies_on(kafka_bootstrap, stream).count(decided.txn_id) == 0
     assert delivered(kafka_bootstrap, stream) == {(decided.txn_id, 0): 1}
+
+
+def test_a_restarted_relay_passes_the_commit_marker_its_put_back_left_at_the_end(
+    kafka_bootstrap: str,
+) -> None:
+    """The half partition ends in the commit marker of the relay's own put-back. After a
+    restart the reader must pass the end the partition had (copies an earlier life put back may
+    lie before it) before it can tell a repeated op from a late one; a marker is never
+    delivered, so before, a repeated op - and every op behind it - waited for the next half
+    record or a put-back (300 s by default, an hour here)."""
+    stream = Stream(kafka_bootstrap, unique("__outbox-marker"))
+    [decided, undecided] = stream.write_halves([(b"k", 1, OpState.COMMIT)] * 2)
+    stream.write_ops([decided])
+    group = unique("relay")
+    first = relay_on(stream, group_id=group, put_back_after_s=1)
+    try:
+        wait_for(lambda: (decided.txn_id, 0) in delivered(kafka_bootstrap, stream))
+        wait_for(lambda: undecided.txn_id in copies_on(kafka_bootstrap, stream))
+    finally:
+        first.stop()
+    stream.write_ops([decided, undecided])  # a repeat, then the other one's decision
+    second = relay_on(stream, group_id=group, put_back_after_s=3600)
+    try:
+        wait_for(lambda: (undecided.txn_id, 0) in delivered(kafka_bootstrap, stream), timeout=30)
+        wait_for(lambda: second.relay.totals()["repeats"] == 1, timeout=10)
+    finally:
+        second.stop()
+    assert delivered(kafka_bootstrap, stream) == {(decided.txn_id, 0): 1, (undecided.txn_id, 0): 1}

@@ -362,6 +362,34 @@ def test_no_transaction_whose_op_waits_in_the_queue_is_put_back() -> None:
     ]
 
 
+def test_an_op_waiting_for_an_earlier_lifes_copies_does_not_hold_back_put_back() -> None:
+    """After a restart the reader must pass the half partition's end as it was (copies an
+    earlier life put back may lie before it) before a repeat op is told from a late one; that
+    wait can need put-back itself to move the reader, so it does not bound put-back."""
+    # the partition ends in a commit marker (offset 2) after the copy of txn 0 (offset 1)
+    state = restore(Progress(half_offset=1, op_offset=0), [], partition=0, log_end=3)
+    state.add_half(half(0, 1, ts=1_000, origin=0))
+    state.add_op(0, op(5, OpState.COMMIT, (0,), at=0), 2_000)  # a repeat: it waits
+    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1), 3_000)
+    state.op_frontier.reached_end()
+    [put_back] = take(state, now=1_000 + HOUR_MS + 1).actions
+    assert isinstance(put_back, PutBack) and put_back.records[0].txn_id == TXN[0]
+
+
+def test_a_half_partition_read_to_its_end_counts_its_trailing_marker_as_passed() -> None:
+    """Before: the reader stayed one short of the end (a commit marker is never delivered), so
+    a repeat op after a restart - and every op behind it - waited for the next half record."""
+    state = restore(Progress(half_offset=1, op_offset=0), [], partition=0, log_end=3)
+    state.add_half(half(0, 1, origin=0))
+    state.add_op(0, op(5, OpState.COMMIT, (0,), at=0))  # a repeat
+    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1))
+    assert take(state).actions == []  # the reader has not passed the end it had at the restart
+    state.half_read_to(3)  # the consumer's end-of-partition event, past the marker
+    [promote] = take(state).actions
+    assert isinstance(promote, Promote) and promote.op.txn_id == TXN[0]
+    assert state.counters.repeats == 1
+
+
 def test_values_over_the_memory_cap_are_dropped_and_fetched_when_committed() -> None:
     state = PartitionState(0, max_held_records=2)
     for i in range(4):
@@ -440,6 +468,50 @@ def test_progress_metadata_has_a_constant_size_however_many_are_parked() -> None
     assert len(state.parked) == 1000
     assert sum(isinstance(a, Remember) for a in batch.actions) == 1000
     assert len(batch.metadata) < 100
+
+
+def test_parked_commits_over_the_memory_cap_are_not_read_back_while_they_wait() -> None:
+    """Before: each batch read back the records of every parked transaction over the memory
+    cap, only to hear again that its topic was missing: 90 broker round trips a batch here,
+    1,000 with 1,000 parked (and each round trip started the scan of the parked ones over)."""
+    state = PartitionState(0, max_held_records=10)
+    for i in range(100):
+        state.add_half(half(i, i))
+        state.add_op(i, op(i, OpState.COMMIT, (i,), at=i))
+    fetched: list[int] = []
+
+    def fetch(offsets: tuple[int, ...]) -> list[HalfRecord]:
+        fetched.extend(offsets)
+        return [half(offsets[0], offsets[0])]
+
+    exists = {"orders": False}
+
+    def topic_of(o: OpRecord, topics: tuple[str, ...]) -> str | None:
+        assert topics == ("orders",)
+        return None if exists["orders"] else "topic orders does not exist"
+
+    def waits(o: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
+        return topic_of(o, tuple({r.message.topic for r in records}))
+
+    def batch() -> Batch:
+        while True:
+            result = state.take(
+                0, put_back_after_ms=HOUR_MS, promotable=waits, still_parked=topic_of
+            )
+            if isinstance(result, Batch):
+                return result
+            state.supply(result.txn_id, fetch(result.offsets))
+
+    assert batch().actions and len(state.parked) == 100
+    assert len(fetched) == 90  # their values dropped under the cap: read back once to park
+    for _ in range(5):
+        assert batch().actions == []
+    assert len(fetched) == 90  # and not again while the topic is missing
+    # When the topic appears, each is read back once more and promoted
+    exists["orders"] = True
+    promoted = [a.op.txn_id for a in batch().actions if isinstance(a, Promote)]
+    assert promoted == TXN[:100] and not state.parked
+    assert len(fetched) == 180
 
 
 def test_a_commit_repeated_after_its_decision_is_forgotten_is_counted_never_promoted() -> None:
