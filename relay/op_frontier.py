@@ -16,15 +16,18 @@ So each partition measures its pending transactions against its op partition:
 * otherwise, the stamp of the newest op read there (the broker's, ``LogAppendTime``, on topics
   made by ``topics ensure``, so in offset order; on a topic stamped by its producers,
   their clocks'): an op written later has not been read;
-* an op read but waiting at the head of the queue for half records the reader has not reached
-  is not handled: its stamp bounds the time too (a transaction whose op waits behind it is not
-  put back unless its op came ``put_back_after_s`` after its halves);
+* an op read but waiting at the head of the queue (for half records or put-back copies the
+  reader has not reached) is not handled, nor is any behind it: its stamp bounds the time too
+  (a transaction whose op waits behind it is not put back unless its op came
+  ``put_back_after_s`` after its halves);
 * nothing yet in this life of the state: no put-back until the reader learns either.
 
 A transaction is thus put back when a relay keeping up would have put it back. Not exactly:
 once read to its end, a partition counts as read up to the clock until the next op arrives, so
 while its op fetches stall (a leader away) transactions decided by ops not fetched yet are put
-back as before.
+back as before; and its end is the last stable offset (the reader is ``read_committed``), so
+ops committed behind a Kafka transaction left open on the op partition are not read either
+until that transaction ends (``transaction.timeout.ms`` at most).
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ class OpFrontier:
             self._read_ms = timestamp_ms
 
     def reached_end(self) -> None:
-        """The reader reached the partition's end: every op written so far was read."""
+        """The reader reached the partition's end (its last stable offset): every op written
+        so far was read, but those behind a Kafka transaction still open there."""
         self._at_end = True
 
     def reassigned(self) -> None:

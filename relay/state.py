@@ -373,21 +373,15 @@ class PartitionState:
 
     def _ops_known_to(self, now_ms: int) -> int | None:
         """The broker time up to which this partition's ops are read and handled (None:
-        unknown yet, so nothing is put back). An op at the head of the queue waiting for half
-        records the reader has not reached is not handled, nor is any behind it: its stamp
-        bounds the time (:mod:`relay.op_frontier`). Only that wait: it ends as the reader moves
-        on (or the op is found to name records past the end), whereas an op waiting for
-        copies - put-back's own, or an earlier life's before ``resumed_end`` - may need
-        put-back to move the reader at all."""
+        unknown yet, so nothing is put back). An op waiting at the head of the queue is not
+        handled, nor is any behind it: its stamp bounds the time (:mod:`relay.op_frontier`).
+        Every such wait ends as the half reader moves on - to the records the op names, to
+        copies put back, to the end the partition had at a restart (:meth:`half_read_to`) - or
+        with the op found to name records past the end."""
         known = self.op_frontier.known_to(now_ms)
         if known is not None and self.queue:
-            _, op, head = self.queue[0]
-            if (
-                head is not None
-                and head < known
-                and op is not None
-                and self.half_position <= max(op.half_offsets, default=-1)
-            ):
+            head = self.queue[0][2]
+            if head is not None and head < known:
                 return head
         return known
 

@@ -362,18 +362,23 @@ def test_no_transaction_whose_op_waits_in_the_queue_is_put_back() -> None:
     ]
 
 
-def test_an_op_waiting_for_an_earlier_lifes_copies_does_not_hold_back_put_back() -> None:
-    """After a restart the reader must pass the half partition's end as it was (copies an
-    earlier life put back may lie before it) before a repeat op is told from a late one; that
-    wait can need put-back itself to move the reader, so it does not bound put-back."""
-    # the partition ends in a commit marker (offset 2) after the copy of txn 0 (offset 1)
-    state = restore(Progress(half_offset=1, op_offset=0), [], partition=0, log_end=3)
-    state.add_half(half(0, 1, ts=1_000, origin=0))
-    state.add_op(0, op(5, OpState.COMMIT, (0,), at=0), 2_000)  # a repeat: it waits
-    state.add_op(1, op(0, OpState.COMMIT, (0,), at=1), 3_000)
+def test_ops_read_behind_an_op_waiting_for_copies_hold_back_put_back_too() -> None:
+    """An op waiting for its transaction's copies to be read back (put back just before it
+    came) holds back the ops read behind it: their transactions are undecided only because
+    those ops are not handled yet, so they are not put back."""
+    state = PartitionState(0)
+    state.add_half(half(0, 0, ts=1_000))
     state.op_frontier.reached_end()
-    [put_back] = take(state, now=1_000 + HOUR_MS + 1).actions
-    assert isinstance(put_back, PutBack) and put_back.records[0].txn_id == TXN[0]
+    [put_back] = take(state, now=1_000 + HOUR_MS + 1).actions  # txn 0, its op late
+    assert isinstance(put_back, PutBack)
+    state.add_half(half(1, 1, ts=2_000))
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0), 1_000 + HOUR_MS + 2)  # waits: in flight
+    state.add_op(1, op(1, OpState.COMMIT, (1,), at=1), 1_000 + HOUR_MS + 3)
+    state.op_frontier.reached_end()
+    assert take(state, now=2_000 + 2 * HOUR_MS).actions == []  # txn 1 is not put back
+    state.add_half(half(0, 2, ts=1_000 + HOUR_MS + 1, origin=0))  # the copy, read back
+    promoted = take(state, now=2_000 + 2 * HOUR_MS).actions
+    assert [a.op.txn_id for a in promoted if isinstance(a, Promote)] == [TXN[0], TXN[1]]
 
 
 def test_a_half_partition_read_to_its_end_counts_its_trailing_marker_as_passed() -> None:
