@@ -22,9 +22,11 @@ Invariants the rest of the relay relies on:
   same Kafka transaction), never in the bounded offset-commit metadata.
 
 Its parts: the undecided transactions (:mod:`relay.pending`), the decisions remembered
-(:mod:`relay.decisions`), which COMMITs can be carried out (:mod:`relay.whole`), what it hands
-out (:mod:`relay.actions`), the progress it commits (:mod:`relay.progress`) and the op offset a
-rebuild would start from (:mod:`relay.rebuild_point`).
+(:mod:`relay.decisions`), which COMMITs can be carried out (:mod:`relay.whole`), the common
+COMMIT's fast path (:mod:`relay.held`), parked COMMITs tried again (:mod:`relay.parked`),
+put-back (:mod:`relay.put_back`) and the op time it is measured on (:mod:`relay.op_frontier`),
+what it hands out (:mod:`relay.actions`), the progress it commits (:mod:`relay.progress`) and
+the op offset a rebuild would start from (:mod:`relay.rebuild_point`).
 """
 
 from __future__ import annotations
@@ -44,15 +46,16 @@ from relay.actions import (
     Drop,
     Need,
     Promote,
-    PutBack,
     Reject,
     Remember,
 )
 from relay.decisions import Decisions
 from relay.held import promote_held
 from relay.op_frontier import OpFrontier
+from relay.parked import retry_parked
 from relay.pending import Pending
 from relay.progress import Progress
+from relay.put_back import put_back
 from relay.rebuild_point import RebuildPoint
 from relay.whole import (
     GAP,
@@ -177,11 +180,15 @@ class PartitionState:
         self._log_end = max(self._log_end, log_end, self.half_position, self.resumed_end)
         need = self._handle_ops(verified_end, promotable)
         if need is None:
-            need = self._retry_parked(promotable, still_parked)
+            need = retry_parked(self, promotable, still_parked)
         if need is None:
-            known = self._ops_known_to(now_ms)
-            if known is not None:
-                need = self._put_back(known - put_back_after_ms, max_put_back, unmovable)
+            need = put_back(
+                self,
+                now_ms,
+                put_back_after_ms=put_back_after_ms,
+                limit=max_put_back,
+                unmovable=unmovable,
+            )
         if need is not None:
             return need
         actions, self.out = self.out, []
@@ -336,67 +343,7 @@ class PartitionState:
             self._hold(txn, op.producer_group, found.values(), op_pos=op.offset)
         return True
 
-    def _retry_parked(self, promotable: Promotable, still_parked: StillParked) -> Need | None:
-        pending = self.pending
-        for txn, op in list(self.parked.items()):
-            if txn in pending.in_flight:
-                continue  # put back meanwhile: retried once its copies are read back
-            entry = pending.entries.get(txn)
-            if entry is None and self.half_position < self.resumed_end:
-                continue  # restored from the state topic: retried once the reader finds it
-            names = self.parked_topics.get(txn)
-            if (
-                names is not None
-                and (entry is None or entry.evicted)
-                and txn not in pending.fetched
-                and still_parked(op, names) is not None
-            ):
-                continue  # its records are not read back only to hear that again
-            records = pending.records_of(op)
-            if isinstance(records, Need):
-                return records
-            why = NOT_FOUND if records is None else part_of(records)
-            if records is None or why is not None:  # (part_of: parked by an older relay)
-                self.out.append(Reject(op, why or NOT_FOUND))
-                self.counters.rejected += 1
-                self._decided(op)
-                continue
-            if promotable(op, records) is None:
-                self.out.append(Promote(op, records))
-                self.counters.promoted += 1
-                self._decided(op)
-            elif names is None:
-                self.parked_topics[txn] = topics_of(records)
-        return None
-
-    # -- put-back and memory -----------------------------------------------------------------
-
-    def _ops_known_to(self, now_ms: int) -> int | None:
-        """The broker time up to which this partition's ops are read and handled (None:
-        unknown yet, so nothing is put back). An op waiting at the head of the queue is not
-        handled, nor is any behind it: its stamp bounds the time (:mod:`relay.op_frontier`).
-        Every such wait ends as the half reader moves on - to the records the op names, to
-        copies put back, to the end the partition had at a restart (:meth:`half_read_to`) - or
-        with the op found to name records past the end."""
-        known = self.op_frontier.known_to(now_ms)
-        if known is not None and self.queue:
-            head = self.queue[0][2]
-            if head is not None and head < known:
-                return head
-        return known
-
-    def _put_back(self, older_than_ms: int, limit: int, unmovable: Container[str]) -> Need | None:
-        """Re-append pending transactions whose oldest record is older than the threshold."""
-        for entry in self.pending.due(older_than_ms, limit, unmovable):
-            records = self.pending.copies_of(entry)
-            if isinstance(records, Need):
-                return records
-            if records is None:
-                continue  # gone from the log: its op will be rejected when it comes
-            self.out.append(PutBack(records))
-            self.counters.put_back += 1
-            self.pending.sent_back(entry.txn_id, self.op_position, len(records))
-        return None
+    # -- memory ------------------------------------------------------------------------------
 
     def _hold(self, txn_id: str, group: str, records: Iterable[HalfRecord], *, op_pos: int) -> None:
         op_pos = min(op_pos, self.rebuild_point.floor(self.op_position))
