@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError
 from outbox.logs import fields
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord
+from relay.whole import topics_of
 
 log = logging.getLogger("relay")
 
@@ -112,11 +113,7 @@ class Refusals:
 
     def _why_not(self, topics: Topics, op: OpRecord, records: tuple[HalfRecord, ...]) -> str | None:
         # one record is the common case, once per promotion: no set, no sort
-        names = (
-            (records[0].message.topic,)
-            if len(records) == 1
-            else sorted({r.message.topic for r in records})
-        )
+        names = (records[0].message.topic,) if len(records) == 1 else topics_of(records)
         return self._why_not_by_name(topics, op, names)
 
     def _why_not_by_name(self, topics: Topics, op: OpRecord, names: Iterable[str]) -> str | None:

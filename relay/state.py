@@ -174,8 +174,7 @@ class PartitionState:
         op naming records at or past it can never be carried out (producers write their half
         records before their op). ``still_parked`` is asked about a parked transaction whose
         records are not in memory before they are read back. Transactions in ``unmovable`` are
-        never put back (their
-        copies were refused): they stay pending where they are.
+        never put back (their copies were refused): they stay pending where they are.
         """
         self._log_end = max(self._log_end, log_end, self.half_position, self.resumed_end)
         need = self._handle_ops(verified_end, promotable)
