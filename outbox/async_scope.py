@@ -88,7 +88,7 @@ async def run_async(
             else:
                 await tracing.otel.commit_async(txn.core, db.commit)
         except BaseException as err:
-            if guard.refused(err):  # a refusal comes before any database commits
+            if guard.never_committed(err):  # a refusal, a failed flush: nothing committed
                 commit_began = False
             else:
                 commit_failed(txn.core)

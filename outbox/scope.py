@@ -178,7 +178,7 @@ def run_sync(
             else:
                 tracing.otel.commit(txn, db.commit)
         except BaseException as err:
-            if guard.refused(err):  # a refusal comes before any database commits
+            if guard.never_committed(err):  # a refusal, a failed flush: nothing committed
                 commit_began = False
             else:
                 commit_failed(txn)

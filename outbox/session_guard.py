@@ -31,7 +31,7 @@ evidence row can: no op is written, the checker asks, and the messages sent befo
 follow that work. What ran after it is rolled back. (Savepoints begun and rolled back through
 the connection or as SQL are followed by their statements: :mod:`outbox.transaction_statements`.)
 
-The guard hangs off ``Session.info`` and listens through three class-level SQLAlchemy session
+The guard hangs off ``Session.info`` and listens through five class-level SQLAlchemy session
 events, registered once; a session the outbox does not run costs a dictionary lookup.
 """
 
@@ -75,6 +75,13 @@ class SessionGuard:
         self._watched: dict[object, Callable[[], None]] = {}
         #: The session's bind for the evidence INSERT, asked for once (the same module).
         self.evidence_bind: object | None = None
+        #: The database transaction the outbox's COMMIT commits (:meth:`committing`), and
+        #: whether SQLAlchemy rolled it back inside that ``commit()`` (a failed flush).
+        self._committed: SessionTransaction | None = None
+        self._rolled_back_in_commit = False
+        #: Whether it was found ended under the session (:meth:`ended_under_it`) as that
+        #: ``commit()``'s flush began.
+        self._ended_in_commit = False
 
     @classmethod
     def attach(cls, session: Session, txn_id: str) -> SessionGuard:
@@ -185,15 +192,42 @@ class SessionGuard:
             self._refused = err
         return err
 
-    def refused(self, err: BaseException) -> bool:
-        """Whether ``err`` is this transaction's refusal: raised inside the outbox's own
-        ``db.commit()`` (by a check on the flush it starts with), it means no database
-        committed, so the transaction rolls back rather than waiting for a check."""
-        return err is self._refused
+    def never_committed(self, err: BaseException) -> bool:
+        """Whether the outbox's own ``db.commit()``, which raised ``err``, failed before it
+        asked the database to COMMIT: then nothing committed, and the transaction rolls back
+        at once (its ROLLBACK op written) rather than waiting for a check.
+
+        ``Session.commit()`` runs the ``before_commit`` listeners, then flushes, then marks
+        the transaction prepared (from then on SQLAlchemy refuses to roll it back) and
+        commits each connection. Known to be before that last step, by the transaction's own
+        state, not by what was raised:
+        - it is still active: a listener's exception (or a signal handler's) before the
+          flush, the outbox's refusal from a ``before_commit`` check included;
+        - SQLAlchemy rolled it back inside the call (``after_rollback`` with it no longer
+          active): it does so when a flush fails - the commonest case, an ``IntegrityError``
+          from an object added after the last flush, or the outbox's refusal of a statement.
+        Not when its database transaction was ended under the session meanwhile - a listener
+        committed through the session's ``Connection`` (:meth:`ended_under_it`), seen as the
+        commit's flush begins (:func:`_on_transaction_create`), when the commit fails, or by a
+        held connection gone on in a database transaction the session does not hold: the work
+        before may have committed. (One committing so from inside the flush, a mapper event,
+        with the flush failing before its next statement, is not seen.) Anything else - the
+        database refusing the COMMIT, a connection lost during it, an ``after_commit``
+        listener raising - may follow a COMMIT that happened: UNKNOWN.
+        """
+        root = self._committed
+        if root is None:
+            return err is self._refused
+        if self._ended_in_commit or _went_on(root):
+            return False
+        if root.is_active:
+            return not self.ended_under_it()
+        return self._rolled_back_in_commit
 
     def committing(self) -> None:
         """The outbox's own COMMIT is next: let it through."""
         self._committing = True
+        self._committed = self.session.get_transaction()
 
     # -- the session events --------------------------------------------------------------
 
@@ -258,6 +292,36 @@ def _on_soft_rollback(session: Session, previous: SessionTransaction) -> None:
     guard = SessionGuard.of(session)
     if guard is not None:
         guard._rolled_back(previous)
+
+
+@event.listens_for(Session, "after_rollback")
+def _on_rollback(session: Session) -> None:
+    guard = SessionGuard.of(session)
+    if guard is None or not guard._committing:
+        return
+    root = guard._committed  # the transaction itself, not a savepoint a listener rolled back
+    if root is not None and session.get_transaction() is root and not root.is_active:
+        guard._rolled_back_in_commit = True
+
+
+@event.listens_for(Session, "after_transaction_create")
+def _on_transaction_create(session: Session, scope: SessionTransaction) -> None:
+    # The outbox's commit() flushes in a transaction it creates after every before_commit and
+    # before_flush listener ran: a listener's commit through the connection is seen here,
+    # before SQLAlchemy's rollback of a failed flush would hide it.
+    guard = SessionGuard.of(session)
+    if guard is not None and guard._committing and not guard._ended_in_commit:
+        guard._ended_in_commit = guard.ended_under_it()
+
+
+def _went_on(root: SessionTransaction) -> bool:
+    """Whether a connection ``root`` holds is in a database transaction ``root`` does not
+    hold (ended under the session, then begun again by a statement)."""
+    for held in held_connections(root):
+        now = held.connection.get_transaction()
+        if now is not None and now is not held.transaction:
+            return True
+    return False
 
 
 @event.listens_for(Session, "after_transaction_end")
