@@ -22,6 +22,21 @@ class Savepoints:
     def begun(self, name: str, sends: int) -> None:
         self._marks.append((name, sends))
 
+    def begun_unconfirmed(self, name: str, sends: int) -> None:
+        """Begun, unless its statement fails unnoticed (:meth:`not_begun` will not be called):
+        marked with the sends of the savepoint of that name before it, if any, which a
+        rollback to the name would reach then. A rollback to it may so be refused though no
+        send was undone, never let through when one was."""
+        at = self._find(name)
+        self._marks.append((name, sends if at is None else min(sends, self._marks[at][1])))
+
+    def not_begun(self, name: str) -> None:
+        """The latest savepoint of that name was never begun after all (its statement failed):
+        forget it alone."""
+        at = self._find(name)
+        if at is not None:
+            del self._marks[at]
+
     def released(self, name: str) -> None:
         """It and every savepoint begun after it are gone (a name never begun: nothing)."""
         at = self._find(name)

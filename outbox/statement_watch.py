@@ -31,6 +31,10 @@ statement of the process loops over the class's ``do_execute`` listeners (about 
 hour, docs/benchmarks.md): a dialect listener registered while other threads run statements
 can meet SQLAlchemy's "deque mutated during iteration"; register them at start-up, as the outbox
 does at import.
+
+A statement that raised (the database refused it, or a check did) is reported to the watches
+that asked (``failed``) by a class-level ``handle_error`` listener, which SQLAlchemy calls only
+on an error: what a check noted before the statement ran (a savepoint begun) can be taken back.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import event
-from sqlalchemy.engine.interfaces import Dialect
+from sqlalchemy.engine.interfaces import Dialect, ExceptionContext
 
 #: What a watch calls with each statement over its connection before it runs; it raises to
 #: refuse the statement.
@@ -50,30 +54,64 @@ Check = Callable[[str], None]
 #: The watched connections, each with its checks (a connection two watches share runs both):
 #: one lookup per statement, only when some outbox transaction watches a connection.
 _checks: dict[sa.Connection, tuple[Check, ...]] = {}
+#: What a watch calls with each statement over its connection that raised instead of running
+#: to its end (the database refused it, or a check did), by connection as :data:`_checks`.
+_failures: dict[sa.Connection, tuple[Check, ...]] = {}
 #: Serialises the changes to :data:`_checks` (once per transaction, never per statement).
 _changing = threading.Lock()
 
 
-def watch(connection: sa.Connection, check: Check) -> Callable[[], None]:
-    """Call ``check(statement)`` before each statement over ``connection`` runs, until the
-    function returned is called (it stops this watch only, not another of the connection)."""
+def watch(
+    connection: sa.Connection, check: Check, failed: Check | None = None
+) -> Callable[[], None]:
+    """Call ``check(statement)`` before each statement over ``connection`` runs, and
+    ``failed(statement)`` after one that raised (a check's refusal included: what a check
+    noted of a statement that never ran, or did not run to its end, may be taken back), until
+    the function returned is called (it stops this watch only, not another of the
+    connection). A statement run with SQLAlchemy's ``skip_user_error_events`` execution option
+    is never reported failed."""
     with _changing:
         _checks[connection] = (*_checks.get(connection, ()), check)
+        if failed is not None:
+            _failures[connection] = (*_failures.get(connection, ()), failed)
     unlisten = None if _first(connection.dialect) else _listen(connection, check)
 
     def stop() -> None:
         with _changing:
-            checks = list(_checks.get(connection, ()))
-            if check in checks:
-                checks.remove(check)  # this watch's own, once
-            if checks:
-                _checks[connection] = tuple(checks)
-            else:
-                _checks.pop(connection, None)
+            _remove(_checks, connection, check)
+            if failed is not None:
+                _remove(_failures, connection, failed)
         if unlisten is not None:
             unlisten()
 
     return stop
+
+
+def _remove(table: dict[sa.Connection, tuple[Check, ...]], key: sa.Connection, it: Check) -> None:
+    """``it`` from ``key``'s entry, once (another watch of the connection may hold the same)."""
+    entries = list(table.get(key, ()))
+    if it in entries:
+        entries.remove(it)
+    if entries:
+        table[key] = tuple(entries)
+    else:
+        table.pop(key, None)
+
+
+def reports_failures(connection: sa.Connection) -> bool:
+    """Whether a statement over ``connection`` that raises now reaches a watch's ``failed``.
+    Not where SQLAlchemy skips the error events: a dialect with its events off, a connection
+    with the ``skip_user_error_events`` option; nor where a ``handle_error`` listener runs
+    before this module's (one registered on ``Dialect`` before the import), since one that
+    raises, SQLAlchemy's way of translating an error, ends the listeners' loop. (An error
+    raised while SQLAlchemy handles another on the connection skips them too.) A watch that
+    notes something before a statement runs notes it as if the statement may fail there."""
+    dialect = connection.dialect
+    if not dialect._has_events or connection.get_execution_options().get(
+        "skip_user_error_events", False
+    ):
+        return False
+    return next(iter(dialect.dispatch.handle_error), None) is _handle_error
 
 
 def watched(connection: sa.Connection) -> bool:
@@ -134,3 +172,12 @@ def _do_executemany(cursor: Any, statement: str, parameters: Any, context: Any) 
     if _checks and context is not None:
         for check in _checks.get(context.root_connection, ()):
             check(statement)
+
+
+@event.listens_for(Dialect, "handle_error")
+def _handle_error(context: ExceptionContext) -> None:
+    # Called only when a statement raised (never on the statements' own path); a failed()
+    # that raises would replace the statement's own error, so none does (they only forget).
+    if _failures and context.connection is not None and context.statement is not None:
+        for failed in _failures.get(context.connection, ()):
+            failed(context.statement)

@@ -24,7 +24,9 @@ savepoint on the session's connection runs (``session.connection().begin_nested(
 code writes as SQL, which no session event reports. The rollback runs (the caller asked for
 it), and the transaction is refused when it ends: :class:`~outbox.errors.SendRolledBackError`.
 A savepoint named in no ``SAVEPOINT`` seen (begun before the watch) counts as holding every
-send.
+send. A ``SAVEPOINT`` that raised (PostgreSQL refuses every statement after an error until a
+rollback) takes its mark back: a ``ROLLBACK TO`` its name then goes to an earlier savepoint of
+that name, and is judged by that one's mark (``tests/outbox/test_failed_savepoint.py``).
 """
 
 from __future__ import annotations
@@ -153,7 +155,14 @@ def _named(kind: str, found: re.Match[str] | None) -> Step | None:
     name = found.group(1)
     if name[0] in '"`':
         return kind, name[1:-1].replace(name[0] * 2, name[0])
-    return kind, name.lower()
+    return kind, name.translate(_ASCII_LOWER)
+
+
+#: How PostgreSQL folds a bare name (``downcase_identifier``): ASCII letters only, so ``É`` and
+#: ``é`` are two savepoints there. ``str.lower()`` made them one, and a rollback to one could be
+#: judged by the other's mark. (SQLite compares names ignoring ASCII case, quoted or not: of
+#: the savepoints a name matches there, this matches some, never a newer one.)
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 _steps_cached = functools.lru_cache(maxsize=1024)(_steps)
@@ -171,7 +180,10 @@ def watch(guard: SessionGuard, connection: sa.Connection) -> Callable[[], None]:
             if kind == SAVEPOINT:
                 if sqlite:
                     begin_before_savepoint(connection)
-                savepoints.begun(name, guard.sends)
+                if statement_watch.reports_failures(connection):
+                    savepoints.begun(name, guard.sends)
+                else:  # its failure would not be heard of: as if it may not exist
+                    savepoints.begun_unconfirmed(name, guard.sends)
             elif kind == RELEASE:
                 savepoints.released(name)
             elif kind == ROLLBACK_TO:
@@ -180,7 +192,17 @@ def watch(guard: SessionGuard, connection: sa.Connection) -> Callable[[], None]:
             else:
                 _refuse(guard, statement)
 
-    return statement_watch.watch(connection, check)
+    def failed(statement: str) -> None:
+        # Marked before it ran, a savepoint whose statement failed does not exist (PostgreSQL
+        # refuses every statement after an error until a rollback): a later ROLLBACK TO its
+        # name goes to an earlier savepoint of that name, and must be judged by that one's
+        # mark. (Of a text of several statements, some may have run: forgetting a savepoint
+        # that exists only makes a rollback to its name count more sends as undone.)
+        for kind, name in steps(statement):
+            if kind == SAVEPOINT:
+                savepoints.not_begun(name)
+
+    return statement_watch.watch(connection, check, failed)
 
 
 def begin_before_savepoint(connection: sa.Connection) -> None:

@@ -223,6 +223,61 @@ with engine.connect() as conn:
     ), done.stderr
 
 
+def test_a_statement_that_raised_is_reported_to_the_watch(sqlite: sa.Engine) -> None:
+    """``failed`` hears of each statement that raised - the database's error or a check's
+    refusal - and of no other; not once the watch stopped."""
+    seen: list[str] = []
+    failed: list[str] = []
+    with sqlite.connect() as conn:
+        assert statement_watch.reports_failures(conn)
+        stop = statement_watch.watch(conn, refuse(seen, "DELETE"), failed.append)
+        conn.execute(sa.text("SAVEPOINT a"))
+        with pytest.raises(sa.exc.OperationalError):
+            conn.execute(sa.text("SAVEPOINT a b"))  # a syntax error
+        with pytest.raises(Refused):
+            conn.execute(sa.text("DELETE FROM t"))
+        assert failed == ["SAVEPOINT a b", "DELETE FROM t"]
+        stop()
+        with pytest.raises(sa.exc.OperationalError):
+            conn.execute(sa.text("SAVEPOINT c d"))
+        assert failed == ["SAVEPOINT a b", "DELETE FROM t"]
+        assert not statement_watch.watched(conn)
+
+
+def test_where_failures_go_unheard_the_watch_is_told(sqlite: sa.Engine, tmp_path: Path) -> None:
+    """SQLAlchemy skips the error listeners for a connection with ``skip_user_error_events``,
+    and a ``handle_error`` listener registered on ``Dialect`` before the outbox (in a process
+    of its own here) runs first: one that raises ends the loop."""
+    with sqlite.connect() as conn:
+        quiet = conn.execution_options(skip_user_error_events=True)
+        assert not statement_watch.reports_failures(quiet)
+    script = f"""
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine.interfaces import Dialect
+
+@event.listens_for(Dialect, "handle_error")
+def translate(context):
+    raise RuntimeError("translated")
+
+from outbox import statement_watch
+
+failed = []
+engine = sa.create_engine("sqlite:///{tmp_path / "errors.db"}")
+with engine.connect() as conn:
+    stop = statement_watch.watch(conn, lambda statement: None, failed.append)
+    try:
+        conn.execute(sa.text("SAVEPOINT a b"))
+    except RuntimeError:
+        pass
+    print(statement_watch.reports_failures(conn), failed)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout) == (0, "False []\n"), done.stderr
+
+
 @pytest.mark.integration
 def test_an_outbox_transaction_puts_no_listener_on_its_connection(
     producer: OutboxProducer, session_factory: sessionmaker, engine: sa.Engine

@@ -94,6 +94,9 @@ def test_a_remembered_answer_is_the_answer_and_long_texts_are_read_each_time() -
         ("SAVEPOINT sa_savepoint_1", (SAVEPOINT, "sa_savepoint_1")),
         ("savepoint Held", (SAVEPOINT, "held")),  # a bare name: any case
         ('SAVEPOINT "Held"', (SAVEPOINT, "Held")),  # a quoted one: as written
+        # PostgreSQL folds ASCII letters only: "É" and "é" are two savepoints there
+        ("SAVEPOINT Étape_É", (SAVEPOINT, "Étape_É")),
+        ("ROLLBACK TO SAVEPOINT ÉTAPE_É", (ROLLBACK_TO, "Étape_É")),
         ('SAVEPOINT "say ""hi"""', (SAVEPOINT, 'say "hi"')),
         ("SAVEPOINT `my sp`", (SAVEPOINT, "my sp")),
         ("/* hint */ SAVEPOINT sp1;", (SAVEPOINT, "sp1")),
@@ -133,3 +136,29 @@ def test_a_rollback_to_a_savepoint_undoes_the_sends_made_since_it_began() -> Non
     assert not again.rolled_back("x", sends=3)
     again.released("x")
     assert again.rolled_back("x", sends=3)  # the older x, begun before the three sends
+
+
+def test_a_savepoint_whose_statement_failed_is_forgotten_alone() -> None:
+    """Its statement failed (PostgreSQL's aborted transaction): a rollback to its name goes to
+    the savepoint of that name before it, and is judged by that one's mark."""
+    marks = Savepoints()
+    marks.begun("attempt", sends=0)
+    marks.begun("other", sends=0)
+    marks.begun("attempt", sends=1)
+    marks.not_begun("attempt")
+    assert marks.rolled_back("attempt", sends=1)  # the first attempt, before the send
+    marks.not_begun("never")  # a name not marked: nothing to forget
+    assert marks.rolled_back("attempt", sends=1)
+
+
+def test_a_savepoint_whose_failure_would_go_unheard_is_marked_as_its_namesake() -> None:
+    """Where a failed ``SAVEPOINT`` is not reported (``statement_watch.reports_failures``), a
+    rollback to its name may reach the savepoint of that name before it: judged by that one's
+    mark, it may be refused though nothing was undone, never let through when a send was."""
+    marks = Savepoints()
+    marks.begun("attempt", sends=0)
+    marks.begun_unconfirmed("attempt", sends=1)
+    assert marks.rolled_back("attempt", sends=1)  # the first attempt's mark
+    fresh = Savepoints()
+    fresh.begun_unconfirmed("attempt", sends=2)  # no namesake: its own
+    assert not fresh.rolled_back("attempt", sends=2)
