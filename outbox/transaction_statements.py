@@ -65,7 +65,8 @@ _RELEASE = re.compile(LEADING + r"RELEASE\s+(?:SAVEPOINT\s+)?" + _NAME, re.I)
 #: Where one statement of a text ends and the next begins: a ``;`` outside a string, a quoted
 #: name, a comment or a dollar-quoted body (those are matched whole, to be skipped).
 _PARTS = re.compile(
-    r"""'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|--[^\n]*|/\*(?:[^*]|\*(?!/))*\*/"""
+    r"""(?<![\w$])[Ee]'(?:[^'\\]|\\.|'')*'"""  # PostgreSQL's E'...': \' escapes a quote there
+    r"""|'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|--[^\n]*|/\*(?:[^*]|\*(?!/))*\*/"""
     r"|\$\$.*?\$\$|\$([A-Za-z_]\w*)\$.*?\$\1\$|;",
     re.S,
 )
@@ -120,8 +121,10 @@ def statements(text: str) -> list[str]:
     """The statements of ``text``, split at each ``;`` outside a string, a quoted name, a
     comment or a dollar-quoted body. A ``CREATE TRIGGER``, ``FUNCTION`` or ``PROCEDURE`` is one
     statement whatever it holds: its body (``BEGIN ... ; END``, ``BEGIN ATOMIC ... ; END``) is
-    not several. Not followed: nested comments, ``E'...'`` strings with backslash escapes, MySQL's
-    ``#`` comments and backslash escapes (read as if they were plain)."""
+    not several. PostgreSQL's ``E'...'`` strings are read with their backslash escapes (read as
+    plain ones, ``E'\\''; COMMIT`` hid the ``COMMIT`` in a string that never ended). Not
+    followed: nested comments, MySQL's ``#`` comments and backslash escapes (read as if they
+    were plain)."""
     if ";" not in text or _BODY.match(text):
         return [text]
     cuts = [m.end() for m in _PARTS.finditer(text) if m.group(0) == ";"]

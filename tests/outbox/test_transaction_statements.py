@@ -39,6 +39,10 @@ ENDS = [
     "UPDATE t SET a = '--'; /* ; */ END;",
     'SELECT "a;b"; ABORT',
     "CREATE INDEX ix ON orders (amount); COMMIT",  # a CREATE with no body is split too
+    # PostgreSQL's E'...' escapes a quote with a backslash: read plain, the string never ended
+    "SELECT E'\\''; COMMIT; SELECT 'x'",
+    "SELECT e'a\\\\'; COMMIT",  # an escaped backslash, then the string's end
+    "SELECT 'C:\\'; COMMIT",  # a standard string: a backslash is a character
 ]
 GOES_THROUGH = [
     "ROLLBACK TO SAVEPOINT sa_savepoint_1",
@@ -56,6 +60,8 @@ GOES_THROUGH = [
     # a semicolon inside a string, a quoted name, a comment or a dollar-quoted body
     "INSERT INTO t VALUES ('x; commit')",
     "UPDATE t SET s = 'it''s; COMMIT'",
+    "UPDATE t SET s = E'it\\'s; COMMIT'",
+    "SELECT name'; COMMIT'",  # no E-string: a plain string after a name ending in e
     'SELECT 1 AS "x; commit"',
     "SELECT 1 -- ; commit\n",
     "SELECT 1 /* ; ROLLBACK */",
