@@ -269,6 +269,30 @@ async def commit_in_a_text_of_several_statements_async(
     raise Declined("after the text")
 
 
+#: PostgreSQL's E'...' string holding an escaped quote, then a COMMIT (read as a plain string,
+#: the quote ended it and the next one opened a string that hid the COMMIT).
+E_STRING_THEN_COMMIT = (
+    "UPDATE orders SET amount = 2 WHERE id = '{}' AND position(E'\\'' in id) = 0; COMMIT; "
+    "SELECT 'done'"
+)
+
+
+def commit_after_an_e_string(s: Session, send: Callable, ids: list[str]) -> None:
+    _insert(s, ids[0])
+    send(ids[0])
+    with contextlib.suppress(TransactionStatementError):
+        s.execute(sa.text(E_STRING_THEN_COMMIT.format(ids[0])))
+    raise Declined("after the text")
+
+
+async def commit_after_an_e_string_async(s: AsyncSession, send: Callable, ids: list[str]) -> None:
+    await _insert_async(s, ids[0])
+    await send(ids[0])
+    with contextlib.suppress(TransactionStatementError):
+        await s.execute(sa.text(E_STRING_THEN_COMMIT.format(ids[0])))
+    raise Declined("after the text")
+
+
 def _first(ids: list[str]) -> list[str]:
     return ids[:1]
 
@@ -311,6 +335,7 @@ SCENARIOS = {
     "COMMIT in a text of several statements": _scenario(
         commit_in_a_text_of_several_statements, Declined
     ),
+    "COMMIT after an E-string with an escaped quote": _scenario(commit_after_an_e_string, Declined),
 }
 
 
