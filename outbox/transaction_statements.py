@@ -67,7 +67,8 @@ _RELEASE = re.compile(LEADING + r"RELEASE\s+(?:SAVEPOINT\s+)?" + _NAME, re.I)
 _PARTS = re.compile(
     r"""(?<![\w$])[Ee]'(?:[^'\\]|\\.|'')*'"""  # PostgreSQL's E'...': \' escapes a quote there
     r"""|'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|--[^\n]*|/\*(?:[^*]|\*(?!/))*\*/"""
-    r"|\$\$.*?\$\$|\$([A-Za-z_]\w*)\$.*?\$\1\$|;",
+    # a dollar quote: not right after a name, where PostgreSQL reads the $ as the name's
+    r"|(?<![\w$])(?:\$\$.*?\$\$|\$([A-Za-z_]\w*)\$.*?\$\1\$)|;",
     re.S,
 )
 

@@ -43,6 +43,9 @@ ENDS = [
     "SELECT E'\\''; COMMIT; SELECT 'x'",
     "SELECT e'a\\\\'; COMMIT",  # an escaped backslash, then the string's end
     "SELECT 'C:\\'; COMMIT",  # a standard string: a backslash is a character
+    # a $ inside a name (PostgreSQL allows them) begins no dollar quote
+    "SELECT a$b$ FROM t; COMMIT; SELECT $b$x$b$",
+    "SELECT price$$ FROM t; COMMIT; SELECT $$x$$",
 ]
 GOES_THROUGH = [
     "ROLLBACK TO SAVEPOINT sa_savepoint_1",
