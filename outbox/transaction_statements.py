@@ -46,7 +46,7 @@ from outbox.session_guard import SessionGuard
 #: What comes before a statement's first keyword: blanks, parentheses and comments (no comment
 #: body can hold its own end, and the group is possessive, so no input makes a match
 #: backtrack). Shared with :mod:`outbox.other_databases`.
-LEADING = r"(?:\s|\(|--[^\n]*\n|#[^\n]*\n|/\*(?:[^*]|\*(?!/))*\*/)*+"
+LEADING = r"(?:\s|\(|--[^\r\n]*[\r\n]|#[^\r\n]*[\r\n]|/\*(?:[^*]|\*(?!/))*\*/)*+"
 #: The first keyword and up to two more.
 _WORDS = re.compile(LEADING + r"([A-Za-z]+)(?:\s+([A-Za-z]+))?(?:\s+([A-Za-z]+))?")
 _ENDS = frozenset(["COMMIT", "END", "ABORT"])
@@ -65,12 +65,20 @@ _RELEASE = re.compile(LEADING + r"RELEASE\s+(?:SAVEPOINT\s+)?" + _NAME, re.I)
 #: Where one statement of a text ends and the next begins: a ``;`` outside a string, a quoted
 #: name, a comment or a dollar-quoted body (those are matched whole, to be skipped).
 _PARTS = re.compile(
-    r"""(?<![\w$])[Ee]'(?:[^'\\]|\\.|'')*'"""  # PostgreSQL's E'...': \' escapes a quote there
-    r"""|'(?:[^']|'')*'|"(?:[^"]|"")*"|`(?:[^`]|``)*`|--[^\n]*|/\*(?:[^*]|\*(?!/))*\*/"""
-    # a dollar quote: not right after a name, where PostgreSQL reads the $ as the name's
-    r"|(?<![\w$])(?:\$\$.*?\$\$|\$([A-Za-z_]\w*)\$.*?\$\1\$)|;",
+    # PostgreSQL's E'...', where \' escapes a quote; not right after a name (PostgreSQL's
+    # names take any non-ASCII character)
+    r"""(?<![\w$\x80-\U0010ffff])[Ee]'(?:[^'\\]|\\.|'')*(?:'|\Z)"""
+    r"""|'(?:[^']|'')*(?:'|\Z)|"(?:[^"]|"")*(?:"|\Z)|`(?:[^`]|``)*(?:`|\Z)"""
+    r"""|--[^\r\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/|\Z)"""
+    # a dollar quote, its tag a name's characters; not right after a name, whose $ it is then
+    r"|(?<![\w$\x80-\U0010ffff])"
+    r"(?:\$\$.*?(?:\$\$|\Z)|\$([A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*)\$.*?(?:\$\1\$|\Z))"
+    r"|;",
     re.S,
 )
+# Each of the above left open runs to the end of the text: PostgreSQL refuses such a text
+# whole (it parses all of it before it runs any), and read so, no input makes the search try
+# every opening again from each one (quadratic: 30 KB of "/* " took 4.5 s).
 
 #: A ``CREATE`` of something with a body of statements: a trigger, a function, a procedure.
 _BODY = re.compile(
@@ -78,8 +86,23 @@ _BODY = re.compile(
     r"(?:TRIGGER|FUNCTION|PROCEDURE)\b",
     re.I,
 )
+#: :data:`_PARTS` with a backslash escaping the next character in plain strings too.
+_PARTS_ESCAPED = re.compile(
+    _PARTS.pattern.replace(r"""|'(?:[^']|'')*""", r"""|'(?:[^'\\]|\\.|'')*""", 1), re.S
+)
+#: A comment that opens another before it ends (PostgreSQL nests them).
+_NESTED = re.compile(r"/\*(?:[^*]|\*(?!/))*?/\*")
+#: A word that ends the transaction, anywhere (``ROLLBACK TO`` a savepoint does not).
+_ANY_END = re.compile(
+    r"(?<![\w$])(?:COMMIT|END|ABORT|PREPARE\s+TRANSACTION"
+    r"|ROLLBACK(?!\s+(?:(?:WORK|TRANSACTION)\s+)?TO\b))(?![\w$])",
+    re.I,
+)
+#: The ``BEGIN`` of a body, and the ``END`` a statement of one starts with.
+_BEGIN = re.compile(r"(?<![\w$])BEGIN(?![\w$])", re.I)
+_FIRST_END = re.compile(LEADING + r"END\b", re.I)
 #: Nothing but blanks and comments (after a text's last ``;``).
-_BLANK = re.compile(LEADING + r"(?:--[^\n]*|#[^\n]*)?")
+_BLANK = re.compile(LEADING + r"(?:--[^\r\n]*|#[^\r\n]*)?")
 
 #: What a statement does to the transaction it runs in (:func:`steps`).
 END = "end"
@@ -114,24 +137,62 @@ def steps(statement: str) -> tuple[Step, ...]:
 
 
 def _steps(text: str) -> tuple[Step, ...]:
-    found = (_step(part) for part in statements(text))
-    return tuple(s for s in found if s is not None)
+    found = tuple(s for s in map(_step, statements(text)) if s is not None)
+    if any(kind == END for kind, _ in found) or not _maybe_hidden(text):
+        return found
+    return (*found, (END, ""))
+
+
+def _maybe_hidden(text: str) -> bool:
+    """Whether an end of the transaction may hide in ``text`` from the reading
+    :func:`statements` makes, in what that reading does not follow (a false refusal at worst):
+    read with a backslash escaping the next character in every string (PostgreSQL with
+    ``standard_conforming_strings`` off, and an ``E'...'`` string continued on the next line);
+    and, where a comment holds another (PostgreSQL nests them), any such keyword at all."""
+    if "\\" in text and any(
+        (step := _step(part)) is not None and step[0] == END
+        for part in _split(text, _PARTS_ESCAPED)
+    ):
+        return True
+    return "/*" in text and _NESTED.search(text) is not None and _ANY_END.search(text) is not None
 
 
 def statements(text: str) -> list[str]:
     """The statements of ``text``, split at each ``;`` outside a string, a quoted name, a
     comment or a dollar-quoted body. A ``CREATE TRIGGER``, ``FUNCTION`` or ``PROCEDURE`` is one
-    statement whatever it holds: its body (``BEGIN ... ; END``, ``BEGIN ATOMIC ... ; END``) is
-    not several. PostgreSQL's ``E'...'`` strings are read with their backslash escapes (read as
-    plain ones, ``E'\\''; COMMIT`` hid the ``COMMIT`` in a string that never ended). Not
-    followed: nested comments, MySQL's ``#`` comments and backslash escapes (read as if they
-    were plain)."""
-    if ";" not in text or _BODY.match(text):
+    statement with its ``BEGIN ... ; END`` (``BEGIN ATOMIC ... ; END``) body, up to the first
+    statement after it that starts with ``END``: what follows is split as any text.
+    PostgreSQL's ``E'...'`` strings are read with their backslash escapes (read as plain ones,
+    ``E'\\''; COMMIT`` hid the ``COMMIT`` in a string that never ended). Not followed here
+    (:func:`_maybe_hidden` looks again): nested comments, backslash escapes in plain strings;
+    nor MySQL's ``#`` comments."""
+    if ";" not in text:
         return [text]
-    cuts = [m.end() for m in _PARTS.finditer(text) if m.group(0) == ";"]
+    parts = _split(text, _PARTS)
+    if parts and _BODY.match(text):
+        parts = _body_whole(parts)
+    return parts or [text]
+
+
+def _split(text: str, pattern: re.Pattern[str]) -> list[str]:
+    """``text`` cut at each ``;`` ``pattern`` matches alone; blank parts left out."""
+    cuts = [m.end() for m in pattern.finditer(text) if m.group(0) == ";"]
     ends = [*(c - 1 for c in cuts), len(text)]
     parts = [text[a:b] for a, b in zip([0, *cuts], ends, strict=True)]
-    return [p for p in parts if not _BLANK.fullmatch(p)] or [text]
+    return [p for p in parts if not _BLANK.fullmatch(p)]
+
+
+def _body_whole(parts: list[str]) -> list[str]:
+    """A ``CREATE`` whose first statement begins a ``BEGIN`` body, joined with the statements
+    of that body up to its ``END``; the parts as they were when no such body or end is found
+    (its statements then count on their own: a false refusal at worst, never a statement
+    hidden in a body that is not there)."""
+    if _BEGIN.search(parts[0]) is None:
+        return parts  # a body in quotes or a dollar quote: already whole
+    for at in range(1, len(parts)):
+        if _FIRST_END.match(parts[at]):
+            return [";".join(parts[: at + 1]), *parts[at + 1 :]]
+    return parts
 
 
 def _step(statement: str) -> Step | None:

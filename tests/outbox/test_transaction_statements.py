@@ -46,6 +46,24 @@ ENDS = [
     # a $ inside a name (PostgreSQL allows them) begins no dollar quote
     "SELECT a$b$ FROM t; COMMIT; SELECT $b$x$b$",
     "SELECT price$$ FROM t; COMMIT; SELECT $$x$$",
+    # PostgreSQL's names take any non-ASCII character, so do its dollar quotes' tags
+    "SELECT 1 AS x€$a$; COMMIT; SELECT 1 AS y€$a$",
+    "SELECT $é$'$é$; COMMIT; --'",
+    "SELECT €E'\\'; COMMIT; --'",  # the name €E, then a plain string (a typed literal)
+    # a carriage return ends a -- comment in PostgreSQL
+    "SELECT 1 --x\r; COMMIT",
+    "--x\rCOMMIT",
+    # an E-string continued on the next line keeps its escapes there
+    "SELECT E'a'\n'\\''; COMMIT; --'",
+    # a session with standard_conforming_strings off reads a backslash as an escape
+    "SELECT '\\''; COMMIT; --'",
+    # PostgreSQL nests comments
+    "/* /* */ */ COMMIT",
+    "SELECT 1 /* /* */ ' */; COMMIT; --'",
+    # a CREATE's body is one statement up to its END; what follows is not part of it
+    "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'select 1'; COMMIT",
+    "CREATE TRIGGER t AFTER INSERT ON orders BEGIN UPDATE totals SET n = n + 1; END; COMMIT",
+    "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'BEGIN'; COMMIT",
 ]
 GOES_THROUGH = [
     "ROLLBACK TO SAVEPOINT sa_savepoint_1",
