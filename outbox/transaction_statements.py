@@ -62,12 +62,19 @@ _ROLLBACK_TO = re.compile(
 )
 _RELEASE = re.compile(LEADING + r"RELEASE\s+(?:SAVEPOINT\s+)?" + _NAME, re.I)
 
+#: The inside of an ``E'...'`` string (possessive: no input makes it try again).
+_E_INSIDE = r"(?:[^'\\]|\\.|'')*+"
 #: Where one statement of a text ends and the next begins: a ``;`` outside a string, a quoted
 #: name, a comment or a dollar-quoted body (those are matched whole, to be skipped).
 _PARTS = re.compile(
-    # PostgreSQL's E'...', where \' escapes a quote; not right after a name (PostgreSQL's
-    # names take any non-ASCII character)
-    r"""(?<![\w$\x80-\U0010ffff])[Ee]'(?:[^'\\]|\\.|'')*(?:'|\Z)"""
+    # PostgreSQL's E'...', where \' escapes a quote, continued as PostgreSQL continues a
+    # string: by another after blanks that hold a line break (its escapes kept there); not
+    # right after a name (PostgreSQL's names take any non-ASCII character)
+    r"(?<![\w$\x80-\U0010ffff])[Ee]'"
+    + _E_INSIDE
+    + r"(?:'[ \t\f]*+[\r\n](?:\s|--[^\r\n]*+[\r\n])*+'"
+    + _E_INSIDE
+    + r")*+(?:'|\Z)"
     r"""|'(?:[^']|'')*(?:'|\Z)|"(?:[^"]|"")*(?:"|\Z)|`(?:[^`]|``)*(?:`|\Z)"""
     r"""|--[^\r\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/|\Z)"""
     # a dollar quote, its tag a name's characters; not right after a name, whose $ it is then
@@ -90,16 +97,19 @@ _BODY = re.compile(
 _PARTS_ESCAPED = re.compile(
     _PARTS.pattern.replace(r"""|'(?:[^']|'')*""", r"""|'(?:[^'\\]|\\.|'')*""", 1), re.S
 )
-#: A comment that opens another before it ends (PostgreSQL nests them).
-_NESTED = re.compile(r"/\*(?:[^*]|\*(?!/))*?/\*")
 #: A word that ends the transaction, anywhere (``ROLLBACK TO`` a savepoint does not).
 _ANY_END = re.compile(
     r"(?<![\w$])(?:COMMIT|END|ABORT|PREPARE\s+TRANSACTION"
     r"|ROLLBACK(?!\s+(?:(?:WORK|TRANSACTION)\s+)?TO\b))(?![\w$])",
     re.I,
 )
-#: The ``BEGIN`` of a body, and the ``END`` a statement of one starts with.
-_BEGIN = re.compile(r"(?<![\w$])BEGIN(?![\w$])", re.I)
+#: The bodies of statements a ``CREATE`` holds unquoted: PostgreSQL's ``BEGIN ATOMIC``, and a
+#: SQLite trigger's ``BEGIN`` (a PostgreSQL trigger runs a function: ``EXECUTE FUNCTION``);
+#: and the ``END`` that a statement of such a body starts with.
+_ATOMIC = re.compile(r"(?<![\w$])BEGIN\s+ATOMIC(?![\w$])", re.I)
+_TRIGGER = re.compile(LEADING + r"CREATE\s+(?:(?:TEMP|TEMPORARY)\s+)?TRIGGER\b", re.I)
+_TRIGGER_BEGIN = re.compile(r"(?<![\w$])BEGIN(?![\w$])(?!\s*\()", re.I)
+_EXECUTE = re.compile(r"(?<![\w$])EXECUTE\s+(?:FUNCTION|PROCEDURE)(?![\w$])", re.I)
 _FIRST_END = re.compile(LEADING + r"END\b", re.I)
 #: Nothing but blanks and comments (after a text's last ``;``).
 _BLANK = re.compile(LEADING + r"(?:--[^\r\n]*|#[^\r\n]*)?")
@@ -147,30 +157,39 @@ def _maybe_hidden(text: str) -> bool:
     """Whether an end of the transaction may hide in ``text`` from the reading
     :func:`statements` makes, in what that reading does not follow (a false refusal at worst):
     read with a backslash escaping the next character in every string (PostgreSQL with
-    ``standard_conforming_strings`` off, and an ``E'...'`` string continued on the next line);
-    and, where a comment holds another (PostgreSQL nests them), any such keyword at all."""
+    ``standard_conforming_strings`` off); and, where a comment holds another (PostgreSQL nests
+    them), any such keyword at all."""
     if "\\" in text and any(
         (step := _step(part)) is not None and step[0] == END
-        for part in _split(text, _PARTS_ESCAPED)
+        for part in _statements(text, _PARTS_ESCAPED)
     ):
         return True
-    return "/*" in text and _NESTED.search(text) is not None and _ANY_END.search(text) is not None
+    return (
+        "/*" in text
+        and any(m[0].startswith("/*") and "/*" in m[0][2:] for m in _PARTS.finditer(text))
+        and _ANY_END.search(text) is not None
+    )
 
 
 def statements(text: str) -> list[str]:
     """The statements of ``text``, split at each ``;`` outside a string, a quoted name, a
-    comment or a dollar-quoted body. A ``CREATE TRIGGER``, ``FUNCTION`` or ``PROCEDURE`` is one
-    statement with its ``BEGIN ... ; END`` (``BEGIN ATOMIC ... ; END``) body, up to the first
-    statement after it that starts with ``END``: what follows is split as any text.
-    PostgreSQL's ``E'...'`` strings are read with their backslash escapes (read as plain ones,
-    ``E'\\''; COMMIT`` hid the ``COMMIT`` in a string that never ended). Not followed here
-    (:func:`_maybe_hidden` looks again): nested comments, backslash escapes in plain strings;
-    nor MySQL's ``#`` comments."""
+    comment or a dollar-quoted body. A ``CREATE`` with a body of statements it does not quote
+    (PostgreSQL's ``BEGIN ATOMIC ... ; END``, a SQLite trigger's ``BEGIN ... ; END``) is one
+    statement up to the first statement of the body that starts with ``END``; what follows is
+    split as any text. PostgreSQL's ``E'...'`` strings are read with their backslash escapes,
+    continued on the next line as it continues them (read as plain ones, ``E'\\''; COMMIT``
+    hid the ``COMMIT`` in a string that never ended). Not followed here (:func:`_maybe_hidden`
+    looks again): nested comments, backslash escapes in plain strings; nor MySQL's ``#``
+    comments."""
+    return _statements(text, _PARTS)
+
+
+def _statements(text: str, pattern: re.Pattern[str]) -> list[str]:
     if ";" not in text:
         return [text]
-    parts = _split(text, _PARTS)
+    parts = _split(text, pattern)
     if parts and _BODY.match(text):
-        parts = _body_whole(parts)
+        parts = _body_whole(parts, pattern)
     return parts or [text]
 
 
@@ -182,13 +201,20 @@ def _split(text: str, pattern: re.Pattern[str]) -> list[str]:
     return [p for p in parts if not _BLANK.fullmatch(p)]
 
 
-def _body_whole(parts: list[str]) -> list[str]:
-    """A ``CREATE`` whose first statement begins a ``BEGIN`` body, joined with the statements
-    of that body up to its ``END``; the parts as they were when no such body or end is found
+def _body_whole(parts: list[str], pattern: re.Pattern[str]) -> list[str]:
+    """A ``CREATE`` whose first statement begins an unquoted body, joined with the statements
+    of that body up to its ``END``; the parts as they were when there is no such body or end
     (its statements then count on their own: a false refusal at worst, never a statement
-    hidden in a body that is not there)."""
-    if _BEGIN.search(parts[0]) is None:
-        return parts  # a body in quotes or a dollar quote: already whole
+    hidden in a body that is not there). The body's ``BEGIN`` is looked for outside strings,
+    quoted names, comments and dollar quotes: a function's quoted body is already whole."""
+    head = pattern.sub(" ", parts[0])
+    unquoted = _ATOMIC.search(head) is not None or (
+        _TRIGGER.match(head) is not None
+        and _TRIGGER_BEGIN.search(head) is not None
+        and _EXECUTE.search(head) is None
+    )
+    if not unquoted:
+        return parts
     for at in range(1, len(parts)):
         if _FIRST_END.match(parts[at]):
             return [";".join(parts[: at + 1]), *parts[at + 1 :]]

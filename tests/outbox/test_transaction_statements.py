@@ -64,6 +64,13 @@ ENDS = [
     "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'select 1'; COMMIT",
     "CREATE TRIGGER t AFTER INSERT ON orders BEGIN UPDATE totals SET n = n + 1; END; COMMIT",
     "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'BEGIN'; COMMIT",
+    # a body in quotes or a dollar quote, or a name "begin", begins no unquoted body
+    "CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$; END",
+    "CREATE FUNCTION f() RETURNS int LANGUAGE sql AS 'BEGIN'; END",
+    "CREATE FUNCTION begin() RETURNS int LANGUAGE sql AS 'select 1'; END",
+    "CREATE TRIGGER begin BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION f(); END",
+    # a continued E-string read as PostgreSQL reads it, a standard string's backslash beside it
+    "SELECT E'a'\n'\\'', 'C:\\'; COMMIT; --'",
 ]
 GOES_THROUGH = [
     "ROLLBACK TO SAVEPOINT sa_savepoint_1",
@@ -92,6 +99,14 @@ GOES_THROUGH = [
     # a CREATE is one statement: a trigger's or a function's body is not several
     "CREATE TRIGGER t AFTER INSERT ON orders BEGIN UPDATE totals SET n = n + 1; END;",
     "CREATE FUNCTION one() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; END",
+    "CREATE TRIGGER t AFTER INSERT ON o BEGIN INSERT INTO log VALUES ('C:\\tmp'); END",
+    "CREATE FUNCTION f() RETURNS text LANGUAGE sql BEGIN ATOMIC "
+    "SELECT regexp_replace('a1', '\\d', ''); END",
+    "CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
+    "SELECT E'a'\n'b; COMMIT'",  # one string, continued on the next line
+    # no nested comment: a /* in a string is none
+    "SELECT CASE WHEN path GLOB '/srv/*/*.log' THEN 1 END FROM files",
+    "SELECT commit, path FROM builds WHERE path LIKE '/src/*/*'",
 ]
 
 
