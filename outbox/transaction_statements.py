@@ -62,27 +62,40 @@ _ROLLBACK_TO = re.compile(
 )
 _RELEASE = re.compile(LEADING + r"RELEASE\s+(?:SAVEPOINT\s+)?" + _NAME, re.I)
 
-#: The inside of an ``E'...'`` string (possessive: no input makes it try again).
-_E_INSIDE = r"(?:[^'\\]|\\.|'')*+"
-#: Where one statement of a text ends and the next begins: a ``;`` outside a string, a quoted
-#: name, a comment or a dollar-quoted body (those are matched whole, to be skipped).
-_PARTS = re.compile(
-    # PostgreSQL's E'...', where \' escapes a quote, continued as PostgreSQL continues a
-    # string: by another after blanks that hold a line break (its escapes kept there); not
-    # right after a name (PostgreSQL's names take any non-ASCII character)
-    r"(?<![\w$\x80-\U0010ffff])[Ee]'"
-    + _E_INSIDE
-    + r"(?:'[ \t\f]*+[\r\n](?:\s|--[^\r\n]*+[\r\n])*+'"
-    + _E_INSIDE
-    + r")*+(?:'|\Z)"
-    r"""|'(?:[^']|'')*(?:'|\Z)|"(?:[^"]|"")*(?:"|\Z)|`(?:[^`]|``)*(?:`|\Z)"""
-    r"""|--[^\r\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/|\Z)"""
-    # a dollar quote, its tag a name's characters; not right after a name, whose $ it is then
-    r"|(?<![\w$\x80-\U0010ffff])"
-    r"(?:\$\$.*?(?:\$\$|\Z)|\$([A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*)\$.*?(?:\$\1\$|\Z))"
-    r"|;",
-    re.S,
-)
+#: The inside of a string whose backslash escapes the next character (possessive, and a
+#: lone backslash at the end taken with it: no input makes the search try again).
+_ESCAPED_INSIDE = r"(?:[^'\\]|\\.|'')*+\\?"
+#: What continues a string in PostgreSQL: blanks (and ``--`` comments) holding a line break,
+#: then the next piece's quote.
+_CONTINUED = r"'(?:[ \t\f]|--[^\r\n]*+)*+[\r\n](?:[ \t\n\r\f]|--[^\r\n]*+[\r\n])*+'"
+
+
+def _parts(plain_inside: str) -> re.Pattern[str]:
+    """Where one statement of a text ends and the next begins: a ``;`` outside a string, a
+    quoted name, a comment or a dollar-quoted body (those are matched whole, to be skipped);
+    ``plain_inside``: the inside of a plain ``'...'`` string."""
+    return re.compile(
+        # PostgreSQL's E'...', where \' escapes a quote, continued as PostgreSQL continues a
+        # string (its escapes kept there); not right after a name (PostgreSQL's names take
+        # any non-ASCII character)
+        r"(?<![\w$\x80-\U0010ffff])[Ee]'"
+        + _ESCAPED_INSIDE
+        + f"(?:{_CONTINUED}{_ESCAPED_INSIDE})*+"
+        + r"(?:'|\Z)"
+        + f"|'{plain_inside}(?:'|\\Z)"
+        + r"""|"(?:[^"]|"")*(?:"|\Z)|`(?:[^`]|``)*(?:`|\Z)"""
+        r"""|--[^\r\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/|\Z)"""
+        # a dollar quote, its tag a name's characters; not right after a name, whose $ it is
+        r"|(?<![\w$\x80-\U0010ffff])"
+        r"(?:\$\$.*?(?:\$\$|\Z)|\$([A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*)\$.*?(?:\$\1\$|\Z))"
+        r"|;",
+        re.S,
+    )
+
+
+_PARTS = _parts(r"(?:[^']|'')*+")
+#: The same with a backslash escaping the next character in plain strings too.
+_PARTS_ESCAPED = _parts(_ESCAPED_INSIDE)
 # Each of the above left open runs to the end of the text: PostgreSQL refuses such a text
 # whole (it parses all of it before it runs any), and read so, no input makes the search try
 # every opening again from each one (quadratic: 30 KB of "/* " took 4.5 s).
@@ -92,10 +105,6 @@ _BODY = re.compile(
     LEADING + r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:(?:TEMP|TEMPORARY|CONSTRAINT)\s+)*"
     r"(?:TRIGGER|FUNCTION|PROCEDURE)\b",
     re.I,
-)
-#: :data:`_PARTS` with a backslash escaping the next character in plain strings too.
-_PARTS_ESCAPED = re.compile(
-    _PARTS.pattern.replace(r"""|'(?:[^']|'')*""", r"""|'(?:[^'\\]|\\.|'')*""", 1), re.S
 )
 #: A word that ends the transaction, anywhere (``ROLLBACK TO`` a savepoint does not).
 _ANY_END = re.compile(
@@ -111,6 +120,7 @@ _TRIGGER = re.compile(LEADING + r"CREATE\s+(?:(?:TEMP|TEMPORARY)\s+)?TRIGGER\b",
 _TRIGGER_BEGIN = re.compile(r"(?<![\w$])BEGIN(?![\w$])(?!\s*\()", re.I)
 _EXECUTE = re.compile(r"(?<![\w$])EXECUTE\s+(?:FUNCTION|PROCEDURE)(?![\w$])", re.I)
 _FIRST_END = re.compile(LEADING + r"END\b", re.I)
+_EMPTY_BODY = re.compile(LEADING + r"END(?![\w$])", re.I)
 #: Nothing but blanks and comments (after a text's last ``;``).
 _BLANK = re.compile(LEADING + r"(?:--[^\r\n]*|#[^\r\n]*)?")
 
@@ -208,7 +218,10 @@ def _body_whole(parts: list[str], pattern: re.Pattern[str]) -> list[str]:
     hidden in a body that is not there). The body's ``BEGIN`` is looked for outside strings,
     quoted names, comments and dollar quotes: a function's quoted body is already whole."""
     head = pattern.sub(" ", parts[0])
-    unquoted = _ATOMIC.search(head) is not None or (
+    atomic = _ATOMIC.search(head)
+    if atomic is not None and _EMPTY_BODY.match(head, atomic.end()):
+        return parts  # BEGIN ATOMIC END: its END is in this part, the next ones are not its
+    unquoted = atomic is not None or (
         _TRIGGER.match(head) is not None
         and _TRIGGER_BEGIN.search(head) is not None
         and _EXECUTE.search(head) is None

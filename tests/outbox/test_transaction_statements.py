@@ -71,6 +71,11 @@ ENDS = [
     "CREATE TRIGGER begin BEFORE INSERT ON t FOR EACH ROW EXECUTE FUNCTION f(); END",
     # a continued E-string read as PostgreSQL reads it, a standard string's backslash beside it
     "SELECT E'a'\n'\\'', 'C:\\'; COMMIT; --'",
+    "SELECT E'a' -- a comment before the line break\n'\\''; COMMIT; --'",
+    # an empty BEGIN ATOMIC END body: what follows it is not part of it
+    "CREATE PROCEDURE p() LANGUAGE sql BEGIN ATOMIC END; COMMIT; "
+    "CREATE FUNCTION g() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; END",
+    "CREATE FUNCTION f() RETURNS void LANGUAGE sql BEGIN ATOMIC /* empty */ END; ROLLBACK",
 ]
 GOES_THROUGH = [
     "ROLLBACK TO SAVEPOINT sa_savepoint_1",
@@ -104,6 +109,8 @@ GOES_THROUGH = [
     "SELECT regexp_replace('a1', '\\d', ''); END",
     "CREATE FUNCTION f() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$",
     "SELECT E'a'\n'b; COMMIT'",  # one string, continued on the next line
+    "CREATE PROCEDURE p() LANGUAGE sql BEGIN ATOMIC END",
+    "CREATE FUNCTION g() RETURNS int LANGUAGE sql BEGIN ATOMIC SELECT 1; END; SELECT 2",
     # no nested comment: a /* in a string is none
     "SELECT CASE WHEN path GLOB '/srv/*/*.log' THEN 1 END FROM files",
     "SELECT commit, path FROM builds WHERE path LIKE '/src/*/*'",
