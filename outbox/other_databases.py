@@ -39,7 +39,7 @@ from sqlalchemy import event
 from sqlalchemy.ext.horizontal_shard import ShardedSession
 from sqlalchemy.orm import Session, SessionTransaction
 
-from outbox import statement_watch, transaction_statements
+from outbox import sql_texts, statement_watch, transaction_statements
 from outbox.database_transaction import commits_each_statement
 from outbox.errors import MultipleDatabasesError
 from outbox.evidence import EVIDENCE_INSERT
@@ -69,7 +69,7 @@ _READS = frozenset(
     ]
 )
 #: The first keyword, after blanks, parentheses and comments.
-_FIRST_WORD = re.compile(transaction_statements.LEADING + r"([A-Za-z]+)")
+_FIRST_WORD = re.compile(sql_texts.LEADING + r"([A-Za-z]+)")
 #: What makes a statement of a reading keyword write after all: a data-modifying part of a
 #: ``WITH``, ``SELECT ... INTO`` (a new table), ``EXPLAIN ANALYZE`` (runs the statement).
 _WRITES_INSIDE = {
@@ -113,9 +113,9 @@ def watch_held(session: Session, guard: SessionGuard) -> None:
 def writes(statement: str) -> bool:
     """Whether ``statement`` may write: anything but a read by its first keyword (and what
     that keyword's statement can hide: :data:`_WRITES_INSIDE`); for a text of several
-    statements, any of them (:func:`~outbox.transaction_statements.statements`)."""
+    statements, any of them (:func:`~outbox.sql_texts.statements`)."""
     if ";" in statement:
-        return any(_writes(part) for part in transaction_statements.statements(statement))
+        return any(_writes(part) for part in sql_texts.statements(statement))
     return _writes(statement)
 
 

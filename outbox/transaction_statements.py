@@ -38,15 +38,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from outbox import statement_watch
+from outbox import sql_texts, statement_watch
 from outbox.errors import TransactionStatementError
 from outbox.savepoints import Savepoints
 from outbox.session_guard import SessionGuard
+from outbox.sql_texts import LEADING
 
-#: What comes before a statement's first keyword: blanks, parentheses and comments (no comment
-#: body can hold its own end, and the group is possessive, so no input makes a match
-#: backtrack). Shared with :mod:`outbox.other_databases`.
-LEADING = r"(?:\s|\(|--[^\r\n]*[\r\n]|#[^\r\n]*[\r\n]|/\*(?:[^*]|\*(?!/))*\*/)*+"
 #: The first keyword and up to two more.
 _WORDS = re.compile(LEADING + r"([A-Za-z]+)(?:\s+([A-Za-z]+))?(?:\s+([A-Za-z]+))?")
 _ENDS = frozenset(["COMMIT", "END", "ABORT"])
@@ -62,68 +59,12 @@ _ROLLBACK_TO = re.compile(
 )
 _RELEASE = re.compile(LEADING + r"RELEASE\s+(?:SAVEPOINT\s+)?" + _NAME, re.I)
 
-#: The inside of a string whose backslash escapes the next character (possessive, and a
-#: lone backslash at the end taken with it: no input makes the search try again).
-_ESCAPED_INSIDE = r"(?:[^'\\]|\\.|'')*+\\?"
-#: What continues a string in PostgreSQL: blanks (and ``--`` comments) holding a line break,
-#: then the next piece's quote.
-_CONTINUED = r"'(?:[ \t\f]|--[^\r\n]*+)*+[\r\n](?:[ \t\n\r\f]|--[^\r\n]*+[\r\n])*+'"
-
-
-def _parts(plain_inside: str) -> re.Pattern[str]:
-    """Where one statement of a text ends and the next begins: a ``;`` outside a string, a
-    quoted name, a comment or a dollar-quoted body (those are matched whole, to be skipped);
-    ``plain_inside``: the inside of a plain ``'...'`` string."""
-    return re.compile(
-        # PostgreSQL's E'...', where \' escapes a quote, continued as PostgreSQL continues a
-        # string (its escapes kept there); not right after a name (PostgreSQL's names take
-        # any non-ASCII character)
-        r"(?<![\w$\x80-\U0010ffff])[Ee]'"
-        + _ESCAPED_INSIDE
-        + f"(?:{_CONTINUED}{_ESCAPED_INSIDE})*+"
-        + r"(?:'|\Z)"
-        + f"|'{plain_inside}(?:'|\\Z)"
-        + r"""|"(?:[^"]|"")*(?:"|\Z)|`(?:[^`]|``)*(?:`|\Z)"""
-        r"""|--[^\r\n]*|/\*(?:[^*]|\*(?!/))*(?:\*/|\Z)"""
-        # a dollar quote, its tag a name's characters; not right after a name, whose $ it is
-        r"|(?<![\w$\x80-\U0010ffff])"
-        r"(?:\$\$.*?(?:\$\$|\Z)|\$([A-Za-z_\x80-\U0010ffff][\w\x80-\U0010ffff]*)\$.*?(?:\$\1\$|\Z))"
-        r"|;",
-        re.S,
-    )
-
-
-_PARTS = _parts(r"(?:[^']|'')*+")
-#: The same with a backslash escaping the next character in plain strings too.
-_PARTS_ESCAPED = _parts(_ESCAPED_INSIDE)
-# Each of the above left open runs to the end of the text: PostgreSQL refuses such a text
-# whole (it parses all of it before it runs any), and read so, no input makes the search try
-# every opening again from each one (quadratic: 30 KB of "/* " took 4.5 s).
-
-#: A ``CREATE`` of something with a body of statements: a trigger, a function, a procedure.
-_BODY = re.compile(
-    LEADING + r"CREATE\s+(?:OR\s+REPLACE\s+)?(?:(?:TEMP|TEMPORARY|CONSTRAINT)\s+)*"
-    r"(?:TRIGGER|FUNCTION|PROCEDURE)\b",
-    re.I,
-)
 #: A word that ends the transaction, anywhere (``ROLLBACK TO`` a savepoint does not).
 _ANY_END = re.compile(
     r"(?<![\w$])(?:COMMIT|END|ABORT|PREPARE\s+TRANSACTION"
     r"|ROLLBACK(?!\s+(?:(?:WORK|TRANSACTION)\s+)?TO\b))(?![\w$])",
     re.I,
 )
-#: The bodies of statements a ``CREATE`` holds unquoted: PostgreSQL's ``BEGIN ATOMIC``, and a
-#: SQLite trigger's ``BEGIN`` (a PostgreSQL trigger runs a function: ``EXECUTE FUNCTION``);
-#: and the ``END`` that a statement of such a body starts with.
-_ATOMIC = re.compile(r"(?<![\w$])BEGIN\s+ATOMIC(?![\w$])", re.I)
-_TRIGGER = re.compile(LEADING + r"CREATE\s+(?:(?:TEMP|TEMPORARY)\s+)?TRIGGER\b", re.I)
-_TRIGGER_BEGIN = re.compile(r"(?<![\w$])BEGIN(?![\w$])(?!\s*\()", re.I)
-_EXECUTE = re.compile(r"(?<![\w$])EXECUTE\s+(?:FUNCTION|PROCEDURE)(?![\w$])", re.I)
-_FIRST_END = re.compile(LEADING + r"END\b", re.I)
-_EMPTY_BODY = re.compile(LEADING + r"END(?![\w$])", re.I)
-#: Nothing but blanks and comments (after a text's last ``;``).
-_BLANK = re.compile(LEADING + r"(?:--[^\r\n]*|#[^\r\n]*)?")
-
 #: What a statement does to the transaction it runs in (:func:`steps`).
 END = "end"
 SAVEPOINT = "savepoint"
@@ -157,7 +98,7 @@ def steps(statement: str) -> tuple[Step, ...]:
 
 
 def _steps(text: str) -> tuple[Step, ...]:
-    found = tuple(s for s in map(_step, statements(text)) if s is not None)
+    found = tuple(s for s in map(_step, sql_texts.statements(text)) if s is not None)
     if any(kind == END for kind, _ in found) or not _maybe_hidden(text):
         return found
     return (*found, (END, ""))
@@ -165,73 +106,16 @@ def _steps(text: str) -> tuple[Step, ...]:
 
 def _maybe_hidden(text: str) -> bool:
     """Whether an end of the transaction may hide in ``text`` from the reading
-    :func:`statements` makes, in what that reading does not follow (a false refusal at worst):
-    read with a backslash escaping the next character in every string (PostgreSQL with
-    ``standard_conforming_strings`` off); and, where a comment holds another (PostgreSQL nests
-    them), any such keyword at all."""
+    :func:`~outbox.sql_texts.statements` makes, in what that reading does not follow (a false
+    refusal at worst): read with a backslash escaping the next character in every string
+    (PostgreSQL with ``standard_conforming_strings`` off); and, where a comment holds another
+    (PostgreSQL nests them), any such keyword at all."""
     if "\\" in text and any(
         (step := _step(part)) is not None and step[0] == END
-        for part in _statements(text, _PARTS_ESCAPED)
+        for part in sql_texts.statements(text, backslash_escapes=True)
     ):
         return True
-    return (
-        "/*" in text
-        and any(m[0].startswith("/*") and "/*" in m[0][2:] for m in _PARTS.finditer(text))
-        and _ANY_END.search(text) is not None
-    )
-
-
-def statements(text: str) -> list[str]:
-    """The statements of ``text``, split at each ``;`` outside a string, a quoted name, a
-    comment or a dollar-quoted body. A ``CREATE`` with a body of statements it does not quote
-    (PostgreSQL's ``BEGIN ATOMIC ... ; END``, a SQLite trigger's ``BEGIN ... ; END``) is one
-    statement up to the first statement of the body that starts with ``END``; what follows is
-    split as any text. PostgreSQL's ``E'...'`` strings are read with their backslash escapes,
-    continued on the next line as it continues them (read as plain ones, ``E'\\''; COMMIT``
-    hid the ``COMMIT`` in a string that never ended). Not followed here (:func:`_maybe_hidden`
-    looks again): nested comments, backslash escapes in plain strings; nor MySQL's ``#``
-    comments."""
-    return _statements(text, _PARTS)
-
-
-def _statements(text: str, pattern: re.Pattern[str]) -> list[str]:
-    if ";" not in text:
-        return [text]
-    parts = _split(text, pattern)
-    if parts and _BODY.match(text):
-        parts = _body_whole(parts, pattern)
-    return parts or [text]
-
-
-def _split(text: str, pattern: re.Pattern[str]) -> list[str]:
-    """``text`` cut at each ``;`` ``pattern`` matches alone; blank parts left out."""
-    cuts = [m.end() for m in pattern.finditer(text) if m.group(0) == ";"]
-    ends = [*(c - 1 for c in cuts), len(text)]
-    parts = [text[a:b] for a, b in zip([0, *cuts], ends, strict=True)]
-    return [p for p in parts if not _BLANK.fullmatch(p)]
-
-
-def _body_whole(parts: list[str], pattern: re.Pattern[str]) -> list[str]:
-    """A ``CREATE`` whose first statement begins an unquoted body, joined with the statements
-    of that body up to its ``END``; the parts as they were when there is no such body or end
-    (its statements then count on their own: a false refusal at worst, never a statement
-    hidden in a body that is not there). The body's ``BEGIN`` is looked for outside strings,
-    quoted names, comments and dollar quotes: a function's quoted body is already whole."""
-    head = pattern.sub(" ", parts[0])
-    atomic = _ATOMIC.search(head)
-    if atomic is not None and _EMPTY_BODY.match(head, atomic.end()):
-        return parts  # BEGIN ATOMIC END: its END is in this part, the next ones are not its
-    unquoted = atomic is not None or (
-        _TRIGGER.match(head) is not None
-        and _TRIGGER_BEGIN.search(head) is not None
-        and _EXECUTE.search(head) is None
-    )
-    if not unquoted:
-        return parts
-    for at in range(1, len(parts)):
-        if _FIRST_END.match(parts[at]):
-            return [";".join(parts[: at + 1]), *parts[at + 1 :]]
-    return parts
+    return sql_texts.nests_comments(text) and _ANY_END.search(text) is not None
 
 
 def _step(statement: str) -> Step | None:
