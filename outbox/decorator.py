@@ -149,7 +149,11 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
                     args = _inject(
                         args, kwargs, position, txn.session, positional_only=positional_only
                     )
-                return await call(*args, **kwargs)
+                result = await call(*args, **kwargs)
+                if result is not None and _is_generator(result):
+                    _discard(result)
+                    raise WrongFormError(_generator_message(fn, result))
+                return result
 
         return run_async  # type: ignore[return-value]
 
@@ -160,9 +164,13 @@ def _wrap(fn: Callable[P, R], options: dict[str, Any]) -> Callable[P, R]:
             if takes_session and given is None:
                 args = _inject(args, kwargs, position, txn.session, positional_only=positional_only)  # type: ignore[assignment]
             result = fn(*args, **kwargs)
-            if result is not None and inspect.isawaitable(result):  # None: the common case,
-                _discard(result)  # which would cost isawaitable's ABC check
-                raise WrongFormError(_deferred_message(fn, "returned an awaitable"))
+            if result is not None:  # None: the common case, spared the checks below
+                if _is_generator(result):
+                    _discard(result)
+                    raise WrongFormError(_generator_message(fn, result))
+                if inspect.isawaitable(result):
+                    _discard(result)
+                    raise WrongFormError(_deferred_message(fn, "returned an awaitable"))
             return result
 
     return wrapper
@@ -253,12 +261,32 @@ def _deferred_message(fn: Callable[..., Any], what: str) -> str:
     )
 
 
+def _is_generator(result: object) -> bool:
+    return inspect.isgenerator(result) or inspect.isasyncgen(result)
+
+
+def _generator_message(fn: Callable[..., Any], result: object) -> str:
+    """A callable that returned a generator (a class whose ``__call__`` yields, a function
+    returning a generator expression): the decorator could not tell before the call, and the
+    generator's body would run while it is iterated, after the transaction ended."""
+    kind = "an async generator" if inspect.isasyncgen(result) else "a generator"
+    return (
+        f"@transactional cannot run {_name(fn)}: it returned {kind}, whose body would run while "
+        "it is iterated, after the transaction ended - its writes never committed, its messages "
+        "sent outside any transaction. Nothing was committed; return a list instead"
+    )
+
+
 def _name(fn: Callable[..., Any]) -> str:
     return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def _discard(awaitable: object) -> None:
-    """Close a coroutine that will never run, so Python does not warn it was never awaited."""
+    """Close a coroutine or generator that will never run, so Python does not warn it was
+    never awaited. An async generator never iterated needs no closing (its ``aclose()`` is
+    itself a coroutine to await)."""
+    if inspect.isasyncgen(awaitable):
+        return
     close = getattr(awaitable, "close", None)
     if callable(close):
         close()

@@ -20,7 +20,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from outbox import tracing
 from outbox.async_transaction import AsyncOutboxTransaction
 from outbox.checks.listener import CheckingListener
-from outbox.errors import InvalidMessageError
+from outbox.errors import InvalidMessageError, WrongFormError
 from outbox.logs import fields
 from outbox.message import Message, MessageView, message_headers
 from outbox.nesting import outside
@@ -98,6 +98,8 @@ class TransactionalProducer:
         *,
         answer_timeout_s: float = 5.0,
     ) -> None:
+        if inspect.iscoroutinefunction(getattr(listener, "execute_local_transaction", None)):
+            raise WrongFormError(_async_listener_message(listener))
         self.producer = producer
         self.listener = listener
         self._checks = producer.set_transaction_listener(
@@ -119,14 +121,17 @@ class TransactionalProducer:
         transaction at this process answers UNKNOWN.
 
         Raises:
-            InvalidMessageError: bad input; nothing was sent and the local transaction not run.
+            InvalidMessageError: bad input (the messages, ``check_immunity_s``); nothing was
+                sent and the local transaction not run.
             HalfSendError: not acknowledged; the local transaction was not run, and the
                 transaction's ROLLBACK op was written (its records may be on the half topic:
                 the relay drops them, and no check asks the listener about them).
+            WrongFormError: ``execute_local_transaction`` returned a coroutine, which this
+                synchronous form cannot run: closed unstarted, the ROLLBACK op written.
         """
         messages = _messages(msg)
         txn = OutboxTransaction(
-            self.producer, check_immunity_s=check_immunity_s, check_by=CheckBy.LISTENER
+            self.producer, check_immunity_s=_immunity(check_immunity_s), check_by=CheckBy.LISTENER
         )
         halves = [_build(txn, m) for m in messages]
         with self._checks.executing(txn.txn_id):
@@ -135,11 +140,15 @@ class TransactionalProducer:
             except BaseException:
                 _not_run(txn)
                 raise
-            if tracing.otel is None:
-                state = self._execute(txn, messages[0], arg)
-            else:
-                execute = functools.partial(self._execute, txn, messages[0], arg)
-                state = tracing.otel.execute(txn, execute)
+            try:
+                if tracing.otel is None:
+                    state = self._execute(txn, messages[0], arg)
+                else:
+                    execute = functools.partial(self._execute, txn, messages[0], arg)
+                    state = tracing.otel.execute(txn, execute)
+            except WrongFormError:
+                _not_run(txn)
+                raise
             written = txn.finish(state)
         return TransactionSendResult(SendStatus.SEND_OK, txn.txn_id, state, coordinates, written)
 
@@ -154,6 +163,12 @@ class TransactionalProducer:
                 extra=fields(txn_id=txn.txn_id),
             )
             return LocalTransactionState.UNKNOWN
+        if inspect.iscoroutine(state) and inspect.getcoroutinestate(state) == inspect.CORO_CREATED:
+            # Not one line of it ran (a callable object's async __call__, a partial of an
+            # async def): nothing committed, so its ROLLBACK is the truth, and nothing else
+            # would ever run it - every check would ask a listener about work never done.
+            state.close()
+            raise WrongFormError(_async_listener_message(self.listener))
         return _checked(txn.txn_id, state)
 
 
@@ -192,13 +207,14 @@ class AsyncTransactionalProducer:
                 ROLLBACK op was written (as for a cancellation during the send).
         """
         messages = _messages(msg)
+        immunity_s = _immunity(check_immunity_s)
         # The listener's async check_local_transaction runs on this loop (the check endpoint
         # answers from its own thread).
         self.producer.use_loop(asyncio.get_running_loop())
         if self.producer.known_partitions is None:  # read once per producer: blocking
             await asyncio.to_thread(lambda: self.producer.partitions)
         txn = AsyncOutboxTransaction(
-            self.producer, check_immunity_s=check_immunity_s, check_by=CheckBy.LISTENER
+            self.producer, check_immunity_s=immunity_s, check_by=CheckBy.LISTENER
         )
         halves = [_build(txn.core, m) for m in messages]
         with self._checks.executing(txn.txn_id):
@@ -246,10 +262,62 @@ class AsyncTransactionalProducer:
 
 
 def _messages(msg: Message | Sequence[Message]) -> list[Message]:
-    messages = [msg] if isinstance(msg, Message) else list(msg)
+    """The messages of one send, each an :class:`~outbox.Message` (a ``str`` is a sequence
+    too: its characters would each be taken for a message).
+
+    Raises:
+        InvalidMessageError: none, or something other than Messages, named.
+    """
+    if isinstance(msg, Message):
+        return [msg]
+    if isinstance(msg, (str, bytes, bytearray, memoryview)) or not isinstance(msg, Iterable):
+        raise InvalidMessageError(
+            f"send_message_in_transaction takes an outbox.Message or a list of them, got "
+            f"{type(msg).__name__} {msg!r:.80}; wrap it: Message(topic, value, key=...)"
+        )
+    messages = list(msg)
     if not messages:
         raise InvalidMessageError("send_message_in_transaction needs at least one message")
+    for index, each in enumerate(messages):
+        if not isinstance(each, Message):
+            raise InvalidMessageError(
+                f"send_message_in_transaction: message {index} is a {type(each).__name__} "
+                f"{each!r:.80}, not an outbox.Message; wrap it: Message(topic, value, key=...)"
+            )
     return messages
+
+
+#: The longest immunity a half record's header is sized for (:mod:`outbox.protocol.record_size`).
+_MOST_IMMUNITY_S = 2**63 - 1
+
+
+def _immunity(check_immunity_s: object) -> int | None:
+    """``check_immunity_s`` as the half records carry it: whole seconds, 0 or more.
+
+    The relay and the checker read the field as an integer, so a record carrying ``60.0`` (a
+    ``timedelta``'s ``total_seconds()``) or ``True`` would be undecodable - dead-lettered by
+    the relay after the local transaction committed, its message never delivered.
+
+    Raises:
+        InvalidMessageError: anything else, named, before anything is sent.
+    """
+    if check_immunity_s is None or (
+        type(check_immunity_s) is int and 0 <= check_immunity_s <= _MOST_IMMUNITY_S
+    ):
+        return check_immunity_s
+    raise InvalidMessageError(
+        f"check_immunity_s must be a whole number of seconds from 0 to 2**63 - 1, got "
+        f"{type(check_immunity_s).__name__} {check_immunity_s!r:.40}; pass an int, e.g. "
+        "int(timedelta(minutes=1).total_seconds())"
+    )
+
+
+def _async_listener_message(listener: object) -> str:
+    return (
+        f"{type(listener).__qualname__}.execute_local_transaction is a coroutine function (or "
+        "returned a coroutine), which the synchronous TransactionalProducer cannot run; use "
+        "AsyncTransactionalProducer (awaited on your event loop), or make it a plain def"
+    )
 
 
 def _build(txn: OutboxTransaction, m: Message) -> HalfMessage:
