@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, overload
@@ -34,6 +35,8 @@ from typing import Any, ParamSpec, TypeVar, overload
 from outbox.errors import ConfigurationError, WrongFormError
 from outbox.nesting import SessionSource, is_async_session, is_sync_session, resolved
 from outbox.producer import AsyncSessionSource, OutboxProducer
+
+log = logging.getLogger("outbox")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -240,6 +243,10 @@ def _refuse_deferred(fn: Callable[..., Any]) -> None:
     Raises:
         ConfigurationError: naming the asyncio way.
     """
+    if not inspect.isfunction(fn) and not inspect.ismethod(fn):  # an object: its __call__
+        call = inspect.getattr_static(type(fn), "__call__", None)
+        if inspect.isasyncgenfunction(call) or inspect.isgeneratorfunction(call):
+            fn = call
     if inspect.isasyncgenfunction(fn):
         raise WrongFormError(
             f"@transactional cannot run {_name(fn)}: it is an async generator function, whose "
@@ -273,7 +280,7 @@ def _generator_message(fn: Callable[..., Any], result: object) -> str:
     return (
         f"@transactional cannot run {_name(fn)}: it returned {kind}, whose body would run while "
         "it is iterated, after the transaction ended - its writes never committed, its messages "
-        "sent outside any transaction. Nothing was committed; return a list instead"
+        "sent outside any transaction; its transaction is rolled back. Return a list instead"
     )
 
 
@@ -289,7 +296,10 @@ def _discard(awaitable: object) -> None:
         return
     close = getattr(awaitable, "close", None)
     if callable(close):
-        close()
+        try:
+            close()  # a generator the call started runs its finally blocks here
+        except Exception:
+            log.exception("closing what %r returned raised; ignored", awaitable)
 
 
 def _check_producer(producer: object) -> None:

@@ -352,6 +352,8 @@ class OutboxProducer:
         # each whatever the one before raised: a heartbeat or reader that fails to close must
         # not leave the endpoint serving or the op records of committed transactions unflushed
         closers = [*services, None if kafka is None else partial(kafka.close, timeout)]
+        if self._listener is not None:  # the marks' folder its forked workers share
+            closers.append(self._listener[1].executing_marks.remove)
         close_each(closers, log, what="the outbox producer's services and Kafka clients")
 
     def __enter__(self) -> OutboxProducer:

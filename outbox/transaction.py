@@ -26,7 +26,7 @@ from outbox.errors import (
 from outbox.half_sender import HalfBatch, PendingHalves
 from outbox.kafka_io import KafkaIO
 from outbox.message import Headers, Message, Serializer, build_half_message, message_headers
-from outbox.protocol.half import HalfMessage
+from outbox.protocol.half import HalfMessage, check_immunity
 from outbox.protocol.ids import new_transaction_id
 from outbox.protocol.op import OpRecord
 from outbox.protocol.partitioning import partition_for
@@ -96,7 +96,7 @@ class OutboxTransaction:
         #: Whether ``on_sent`` runs while a send's records travel (see :meth:`_sent`) rather
         #: than once they are acknowledged.
         self.in_flight = in_flight
-        self._check_immunity_s = check_immunity_s
+        self._check_immunity_s = check_immunity(check_immunity_s)
         self._check_by = check_by
         #: Whether the evidence row is written (with the first send).
         self.evidence_written = False

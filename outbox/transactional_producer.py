@@ -33,7 +33,7 @@ from outbox.logs import fields
 from outbox.message import Message, MessageView, message_headers
 from outbox.nesting import outside
 from outbox.producer import OutboxProducer
-from outbox.protocol.half import HalfMessage
+from outbox.protocol.half import HalfMessage, check_immunity
 from outbox.protocol.states import CheckBy, LocalTransactionState
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
@@ -98,7 +98,7 @@ class TransactionalProducer:
         *,
         answer_timeout_s: float = 5.0,
     ) -> None:
-        if inspect.iscoroutinefunction(getattr(listener, "execute_local_transaction", None)):
+        if _is_async(getattr(listener, "execute_local_transaction", None)):
             raise WrongFormError(_async_listener_message(listener))
         self.producer = producer
         self.listener = listener
@@ -127,11 +127,12 @@ class TransactionalProducer:
                 transaction's ROLLBACK op was written (its records may be on the half topic:
                 the relay drops them, and no check asks the listener about them).
             WrongFormError: ``execute_local_transaction`` returned a coroutine, which this
-                synchronous form cannot run: closed unstarted, the ROLLBACK op written.
+                synchronous form cannot run: it is closed, and the transaction left to the
+                check (no op: the listener's own code may have committed before it returned).
         """
         messages = _messages(msg)
         txn = OutboxTransaction(
-            self.producer, check_immunity_s=_immunity(check_immunity_s), check_by=CheckBy.LISTENER
+            self.producer, check_immunity_s=check_immunity_s, check_by=CheckBy.LISTENER
         )
         halves = [_build(txn, m) for m in messages]
         with self._checks.executing(txn.txn_id):
@@ -140,15 +141,11 @@ class TransactionalProducer:
             except BaseException:
                 _not_run(txn)
                 raise
-            try:
-                if tracing.otel is None:
-                    state = self._execute(txn, messages[0], arg)
-                else:
-                    execute = functools.partial(self._execute, txn, messages[0], arg)
-                    state = tracing.otel.execute(txn, execute)
-            except WrongFormError:
-                _not_run(txn)
-                raise
+            if tracing.otel is None:
+                state = self._execute(txn, messages[0], arg)
+            else:
+                execute = functools.partial(self._execute, txn, messages[0], arg)
+                state = tracing.otel.execute(txn, execute)
             written = txn.finish(state)
         return TransactionSendResult(SendStatus.SEND_OK, txn.txn_id, state, coordinates, written)
 
@@ -163,12 +160,16 @@ class TransactionalProducer:
                 extra=fields(txn_id=txn.txn_id),
             )
             return LocalTransactionState.UNKNOWN
-        if inspect.iscoroutine(state) and inspect.getcoroutinestate(state) == inspect.CORO_CREATED:
-            # Not one line of it ran (a callable object's async __call__, a partial of an
-            # async def): nothing committed, so its ROLLBACK is the truth, and nothing else
-            # would ever run it - every check would ask a listener about work never done.
+        if inspect.iscoroutine(state):
+            # Nothing here can run it. Its own body never ran, but the code that made it may
+            # have committed first (a plain def whose last call is an async def), so no op
+            # is written: the check asks the listener what happened, as for UNKNOWN.
             state.close()
-            raise WrongFormError(_async_listener_message(self.listener))
+            raise WrongFormError(
+                f"{_async_listener_message(self.listener)}; it returned the coroutine "
+                f"{state.__qualname__}, closed unrun, and transaction {txn.txn_id} is left to "
+                "its check"
+            )
         return _checked(txn.txn_id, state)
 
 
@@ -207,7 +208,7 @@ class AsyncTransactionalProducer:
                 ROLLBACK op was written (as for a cancellation during the send).
         """
         messages = _messages(msg)
-        immunity_s = _immunity(check_immunity_s)
+        immunity_s = check_immunity(check_immunity_s)  # refused before anything is done
         # The listener's async check_local_transaction runs on this loop (the check endpoint
         # answers from its own thread).
         self.producer.use_loop(asyncio.get_running_loop())
@@ -287,36 +288,17 @@ def _messages(msg: Message | Sequence[Message]) -> list[Message]:
     return messages
 
 
-#: The longest immunity a half record's header is sized for (:mod:`outbox.protocol.record_size`).
-_MOST_IMMUNITY_S = 2**63 - 1
-
-
-def _immunity(check_immunity_s: object) -> int | None:
-    """``check_immunity_s`` as the half records carry it: whole seconds, 0 or more.
-
-    The relay and the checker read the field as an integer, so a record carrying ``60.0`` (a
-    ``timedelta``'s ``total_seconds()``) or ``True`` would be undecodable - dead-lettered by
-    the relay after the local transaction committed, its message never delivered.
-
-    Raises:
-        InvalidMessageError: anything else, named, before anything is sent.
-    """
-    if check_immunity_s is None or (
-        type(check_immunity_s) is int and 0 <= check_immunity_s <= _MOST_IMMUNITY_S
-    ):
-        return check_immunity_s
-    raise InvalidMessageError(
-        f"check_immunity_s must be a whole number of seconds from 0 to 2**63 - 1, got "
-        f"{type(check_immunity_s).__name__} {check_immunity_s!r:.40}; pass an int, e.g. "
-        "int(timedelta(minutes=1).total_seconds())"
-    )
+def _is_async(execute: object) -> bool:
+    """A coroutine function, or an object whose ``__call__`` is one."""
+    call = inspect.getattr_static(type(execute), "__call__", None)
+    return inspect.iscoroutinefunction(execute) or inspect.iscoroutinefunction(call)
 
 
 def _async_listener_message(listener: object) -> str:
     return (
-        f"{type(listener).__qualname__}.execute_local_transaction is a coroutine function (or "
-        "returned a coroutine), which the synchronous TransactionalProducer cannot run; use "
-        "AsyncTransactionalProducer (awaited on your event loop), or make it a plain def"
+        f"{type(listener).__qualname__}.execute_local_transaction is async (a coroutine "
+        "function, or returned a coroutine), which the synchronous TransactionalProducer cannot "
+        "run; use AsyncTransactionalProducer (awaited on your event loop), or make it a plain def"
     )
 
 

@@ -5,8 +5,9 @@ listener's own), so a check of one is answered by the group's listener, given th
 the transaction sent (:class:`~outbox.message.MessageView`, from the check request). What the
 application answers is the truth, except where it cannot be:
 
-- while this instance is still running ``execute_local_transaction`` for the transaction, the
-  answer is UNKNOWN without asking (a slow local transaction is not yet a ROLLBACK);
+- while this instance (or a worker forked from it, :mod:`outbox.checks.executing`) is still
+  running ``execute_local_transaction`` for the transaction, the answer is UNKNOWN without
+  asking (a slow local transaction is not yet a ROLLBACK);
 - an exception, a return value that is not a :class:`LocalTransactionState`, no half message in
   the request, or no answer within ``answer_timeout_s`` is UNKNOWN: the check is repeated later,
   never turned into a ROLLBACK.
@@ -22,12 +23,11 @@ import inspect
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from typing import Any, Protocol
 
+from outbox.checks.executing import ExecutingMarks
 from outbox.logs import fields
 from outbox.message import MessageView
 from outbox.protocol.check import CheckedTransaction
@@ -71,44 +71,24 @@ class FunctionResolver:
     needs_messages = True
 
     def __init__(
-        self, check: CheckFunction, *, answer_timeout_s: float = 5.0, max_running: int = 32
+        self,
+        check: CheckFunction,
+        *,
+        answer_timeout_s: float = 5.0,
+        max_running: int = 32,
+        executing: ExecutingMarks | None = None,
     ) -> None:
         self.check = check
         self.answer_timeout_s = answer_timeout_s
         self.max_running = max_running
-        self._executing: Counter[str] = Counter()
+        #: The transactions whose checks answer UNKNOWN unasked (:mod:`outbox.checks.executing`).
+        self.executing_marks = executing if executing is not None else ExecutingMarks()
+        self.executing = self.executing_marks.executing
+        self.hold = self.executing_marks.hold
         self._running = 0
         self._lock = threading.Lock()
         #: The event loop an async ``check`` runs on.
         self.loop: asyncio.AbstractEventLoop | None = None
-
-    def hold(self, txn_id: str) -> Callable[[], None]:
-        """Mark ``txn_id`` as executing until the returned function is called (a local
-        transaction that goes on in a worker thread after its caller was cancelled)."""
-        with self._lock:
-            self._executing[txn_id] += 1
-
-        def release() -> None:
-            with self._lock:
-                self._executing[txn_id] -= 1
-                if not self._executing[txn_id]:
-                    del self._executing[txn_id]
-
-        return release
-
-    @contextmanager
-    def executing(self, txn_id: str) -> Iterator[None]:
-        """Marks ``txn_id``'s local transaction as running in this process: its checks answer
-        UNKNOWN until the block ends."""
-        with self._lock:
-            self._executing[txn_id] += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._executing[txn_id] -= 1
-                if not self._executing[txn_id]:
-                    del self._executing[txn_id]
 
     def resolve(self, checks: Sequence[CheckedTransaction]) -> dict[str, State]:
         answers: dict[str, State] = {}
@@ -135,9 +115,9 @@ class FunctionResolver:
         return answers
 
     def _without_asking(self, check: CheckedTransaction) -> State | None:
+        if check.txn_id in self.executing_marks:
+            return State.UNKNOWN  # execute_local_transaction is still running (here or forked)
         with self._lock:
-            if check.txn_id in self._executing:
-                return State.UNKNOWN  # execute_local_transaction is still running here
             if self._running >= self.max_running:
                 log.error(
                     "%d calls of check_local_transaction are still running past their timeout; "

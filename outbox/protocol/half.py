@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from outbox.errors import ProtocolError, UnknownSchemaVersionError
+from outbox.errors import InvalidMessageError, ProtocolError, UnknownSchemaVersionError
 from outbox.protocol.frozen import frozen
 from outbox.protocol.headers import (
     FIELD_SEPARATOR,
@@ -99,6 +99,35 @@ _CHECK_BY_VALUES: dict[bytes, str] = {c.value.encode(): c for c in CheckBy}
 _V1 = b"1"
 _V2 = b"2"
 _SEP = FIELD_SEPARATOR
+
+
+#: The longest immunity a half record's header is sized for (:mod:`outbox.protocol.record_size`).
+MOST_IMMUNITY_S = 2**63 - 1
+
+
+def check_immunity(check_immunity_s: object) -> int | None:
+    """``check_immunity_s`` as the half records carry it: whole seconds, 0 to 2**63 - 1.
+
+    The relay and the checker read the field as an integer, so a record carrying ``60.0`` (a
+    ``timedelta``'s ``total_seconds()``) or ``True`` would be undecodable: dead-lettered by the
+    relay after the local transaction committed, its message never delivered.
+
+    Raises:
+        InvalidMessageError: anything else, named, with the fix.
+    """
+    if check_immunity_s is None:
+        return None
+    if (
+        isinstance(check_immunity_s, int)
+        and not isinstance(check_immunity_s, bool)
+        and 0 <= check_immunity_s <= MOST_IMMUNITY_S
+    ):
+        return int(check_immunity_s)  # an IntEnum's or numpy's written as digits
+    raise InvalidMessageError(
+        f"check_immunity_s must be a whole number of seconds from 0 to 2**63 - 1, got "
+        f"{type(check_immunity_s).__name__} {check_immunity_s!r:.40}; pass an int, e.g. "
+        "int(timedelta(minutes=1).total_seconds())"
+    )
 
 
 def encode_half_headers(

@@ -86,7 +86,7 @@ def test_a_call_that_returns_an_awaitable_is_refused_and_nothing_commits_or_stay
 
 
 class GeneratingOrder:
-    """Callable whose __call__ yields: the decorator cannot tell before it is called."""
+    """Callable whose __call__ yields: its body would run while the result is iterated."""
 
     def __init__(self, order_id: str) -> None:
         self.order_id = order_id
@@ -97,14 +97,48 @@ class GeneratingOrder:
         yield
 
 
-def sends_lazily(order_id: str, *, session: Session) -> Iterator[None]:
-    """A plain def returning a generator expression: its sends run while it is iterated."""
-    return (outbox.send("orders", each, key=each) for each in (order_id,))
+def test_an_object_whose_call_yields_is_refused_when_decorated() -> None:
+    with pytest.raises(ConfigurationError, match=r"GeneratingOrder.__call__.*generator function"):
+        outbox.transactional(GeneratingOrder("o1"))
 
 
-def _assert_nothing_committed_or_locked(order_id: str, engine: sa.Engine, topics: Topics) -> None:
+def places_then_returns_lazily(
+    order_id: str, txn_ids: list[str], *, session: Session
+) -> Iterator[str]:
+    """A plain def that writes and sends, then returns a generator expression whose sends would
+    run while it is iterated."""
+    txn_ids.append(outbox.current_transaction().txn_id)
+    session.execute(orders.insert().values(id=order_id, amount=1))
+    outbox.send("orders", order_id, key=order_id)
+    return (outbox.send("orders", each, key=each) for each in (f"{order_id}-later",))
+
+
+def places_then_returns_a_started_generator(
+    order_id: str, txn_ids: list[str], *, session: Session
+) -> Iterator[str]:
+    """The same, the generator already started, its clean-up failing when it is closed."""
+    txn_ids.append(outbox.current_transaction().txn_id)
+    session.execute(orders.insert().values(id=order_id, amount=1))
+    outbox.send("orders", order_id, key=order_id)
+
+    def rest() -> Iterator[str]:
+        try:
+            yield order_id
+            outbox.send("orders", f"{order_id}-later", key=order_id)
+        finally:
+            raise RuntimeError("clean-up fails")
+
+    started = rest()
+    next(started)
+    return started
+
+
+def _assert_rolled_back(
+    order_id: str, txn_ids: list[str], engine: sa.Engine, topics: Topics
+) -> None:
     assert order_id not in order_ids(engine)
-    assert [op for op in topics.ops() if op.state is OpState.COMMIT] == []
+    [txn_id] = txn_ids
+    assert [op.state for op in topics.ops() if op.txn_id == txn_id] == [OpState.ROLLBACK]
     with engine.begin() as conn:  # and the database is not left locked
         conn.execute(orders.insert().values(id=f"after-{order_id}", amount=1))
     assert f"after-{order_id}" in order_ids(engine)
@@ -112,39 +146,41 @@ def _assert_nothing_committed_or_locked(order_id: str, engine: sa.Engine, topics
 
 @pytest.mark.integration
 @pytest.mark.parametrize(
-    "make",
-    [GeneratingOrder, functools.partial(functools.partial, sends_lazily)],
-    ids=["__call__ yields", "returns a generator expression"],
+    "fn",
+    [places_then_returns_lazily, places_then_returns_a_started_generator],
+    ids=["a generator expression", "a started generator"],
 )
-def test_a_call_that_returns_a_generator_is_refused_and_nothing_commits_or_stays_locked(
-    make: Any,
+def test_a_call_that_returns_a_generator_is_refused_and_its_transaction_rolled_back(
+    fn: Any,
     producer: OutboxProducer,
     session_factory: sessionmaker,
     engine: sa.Engine,
     topics: Topics,
 ) -> None:
-    order_id = f"generating-{make.__name__ if isinstance(make, type) else 'expression'}"
-    place = outbox.transactional(producer=producer, session_factory=session_factory)(make(order_id))
-    with pytest.raises(WrongFormError, match=r"returned a generator.*return a list"):
-        place()
-    _assert_nothing_committed_or_locked(order_id, engine, topics)
+    order_id, txn_ids = f"generating-{fn.__name__[-9:]}", []
+    place = outbox.transactional(producer=producer, session_factory=session_factory)(fn)
+    with pytest.raises(WrongFormError, match=r"returned a generator.*rolled back.*list"):
+        place(order_id, txn_ids)
+    _assert_rolled_back(order_id, txn_ids, engine, topics)
 
 
 @pytest.mark.integration
-@pytest.mark.filterwarnings("error::RuntimeWarning")
-def test_an_async_def_that_returns_a_generator_is_refused_and_nothing_commits(
+def test_an_async_def_that_returns_a_generator_is_refused_and_its_transaction_rolled_back(
     producer: OutboxProducer, db_url: str, engine: sa.Engine, topics: Topics
 ) -> None:
+    txn_ids: dict[str, list[str]] = {"async-1": [], "async-2": []}
+
     async def scenario() -> None:
         async with async_factory(db_url) as factory:
 
             @outbox.transactional(producer=producer, session_factory=factory)
             async def place(order_id: str, *, session: Any) -> Any:
+                txn_ids["async-1"].append(outbox.current_transaction().txn_id)
                 await session.execute(orders.insert().values(id=order_id, amount=1))
                 await outbox.send("orders", order_id, key=order_id)
                 return (outbox.send("orders", each, key=each) for each in (order_id,))
 
-            with pytest.raises(WrongFormError, match=r"returned a generator.*return a list"):
+            with pytest.raises(WrongFormError, match=r"returned a generator.*rolled back"):
                 await place("generating-async-1")
 
             @outbox.transactional(producer=producer, session_factory=factory)
@@ -153,12 +189,14 @@ def test_an_async_def_that_returns_a_generator_is_refused_and_nothing_commits(
                     await outbox.send("orders", order_id, key=order_id)
                     yield
 
+                txn_ids["async-2"].append(outbox.current_transaction().txn_id)
                 await session.execute(orders.insert().values(id=order_id, amount=1))
+                await outbox.send("orders", order_id, key=order_id)
                 return later()
 
             with pytest.raises(WrongFormError, match=r"returned an async generator"):
                 await place_agen("generating-async-2")
 
     asyncio.run(scenario())
-    _assert_nothing_committed_or_locked("generating-async-1", engine, topics)
-    _assert_nothing_committed_or_locked("generating-async-2", engine, topics)
+    _assert_rolled_back("generating-async-1", txn_ids["async-1"], engine, topics)
+    _assert_rolled_back("generating-async-2", txn_ids["async-2"], engine, topics)

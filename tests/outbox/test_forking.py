@@ -47,7 +47,7 @@ from outbox.protocol.states import CheckBy, DecidedBy
 from tests.checker.test_checker import SECRET, checker_and_relay
 from tests.kafka_helpers import create_topic, unique
 from tests.outbox.test_asyncio import async_url
-from tests.pipeline import Pipeline, ops_lost
+from tests.pipeline import Pipeline, ops_lost, pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
 #: Two workers, forked as gunicorn, Celery and multiprocessing fork (``os.fork``: Python's at-fork
@@ -479,3 +479,55 @@ def test_eight_workers_roll_back_what_raised_and_deliver_the_rest(
         op.txn_id: op.state.value for op in topics.ops() if op.decided_by is DecidedBy.PRODUCER
     }
     assert {i: by_producer.get(sent[i]) for i in declined} == dict.fromkeys(declined, "ROLLBACK")
+
+
+class SlowOrderListener:
+    """A local transaction that outlasts the checker's first checks; its check answers as most
+    listeners do: ROLLBACK when the row is not there."""
+
+    def __init__(self, engine: sa.Engine, seconds: float) -> None:
+        self.engine = engine
+        self.seconds = seconds
+
+    def execute_local_transaction(self, msg: Message, arg: Any) -> LocalTransactionState:
+        time.sleep(self.seconds)  # a slow payment provider: checks come meanwhile
+        with self.engine.begin() as conn:
+            conn.execute(orders.insert().values(id=arg, amount=1))
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, msg: Message) -> LocalTransactionState:
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(orders.c.id).where(orders.c.id == msg.value.decode()))
+            return LocalTransactionState.COMMIT if found.first() else LocalTransactionState.ROLLBACK
+
+
+@pytest.mark.integration
+def test_a_slow_listener_transaction_in_a_forked_worker_is_not_rolled_back_by_the_masters_check(
+    kafka_bootstrap: str, producer: OutboxProducer, engine: sa.Engine, topics: Topics
+) -> None:
+    """Before, the master (whose thread alone serves the checks) did not know the worker was
+    still running the transaction: it asked its listener, found no row and answered ROLLBACK;
+    the worker then committed, and its message was never delivered."""
+    # Given a preloading server's master: producer, check endpoint and listener made before
+    # the fork
+    producer.serve_checks(engine=engine, secret=SECRET)
+    listened = TransactionalProducer(producer, SlowOrderListener(engine, 4.0), answer_timeout_s=1)
+    order_id = f"slow-{uuid.uuid4().hex[:10]}"
+    with pipeline(kafka_bootstrap, topics, check_max=20) as running:
+
+        def worker(_: int) -> tuple[str, str]:
+            engine.dispose(close=False)
+            message = Message(running.topic, order_id, key=order_id)
+            result = listened.send_message_in_transaction(message, arg=order_id)
+            return result.transaction_id, result.local_transaction_state.value
+
+        # When a worker runs a transaction whose local work outlasts the first checks
+        [reported] = in_workers(worker, [os.fork], timeout=90)
+        assert isinstance(reported, tuple), reported
+        txn_id, state = reported
+        assert state == "COMMIT"
+        # Then the master answered those checks UNKNOWN unasked, and the worker's COMMIT decided
+        assert running.decided([txn_id]) == {txn_id: "COMMIT"}
+        assert running.settle(lambda: {order_id}) == {order_id: 1}
+        assert order_id in order_ids(engine)
+        assert running.checker.stats.unknown >= 1

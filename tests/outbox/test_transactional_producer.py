@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import enum
+import inspect
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from outbox import (
     AsyncTransactionalProducer,
@@ -14,11 +17,15 @@ from outbox import (
     LocalTransactionState,
     Message,
     OutboxProducer,
+    OutboxTransaction,
     TransactionalProducer,
     WrongFormError,
 )
-from outbox.protocol import OpState
-from tests.producer_fixtures import Topics
+from outbox.message import MessageView
+from outbox.protocol import DecidedBy, OpState
+from tests.checker.test_checker import SECRET
+from tests.pipeline import pipeline
+from tests.producer_fixtures import Topics, order_ids, orders
 
 pytestmark = pytest.mark.integration
 
@@ -103,11 +110,23 @@ def test_check_immunity_is_carried_in_whole_seconds_and_anything_else_refused_un
     assert listener.executed == []
     assert topics.halves() == []
 
-    result = send(Message("orders", b"a", key=b"k"), check_immunity_s=60)
-    assert result.local_transaction_state is LocalTransactionState.COMMIT
-    [half] = topics.halves()
-    assert (half.txn_id, half.check_immunity_s) == (result.transaction_id, 60)
-    assert [o.state for o in topics.ops()] == [OpState.COMMIT]
+    # the transaction object itself (exported) refuses it too
+    with pytest.raises(InvalidMessageError, match="check_immunity_s"):
+        OutboxTransaction(producer, check_immunity_s=60.0)  # type: ignore[arg-type]
+
+    results = [
+        send(Message("orders", b"a", key=b"k"), check_immunity_s=60),
+        send(Message("orders", b"b", key=b"k"), check_immunity_s=Seconds.MINUTE),
+    ]
+    assert {r.local_transaction_state for r in results} == {LocalTransactionState.COMMIT}
+    assert {(h.txn_id, h.check_immunity_s) for h in topics.halves()} == {
+        (r.transaction_id, 60) for r in results
+    }
+    assert [o.state for o in topics.ops()] == [OpState.COMMIT] * 2
+
+
+class Seconds(enum.IntEnum):
+    MINUTE = 60
 
 
 @pytest.mark.parametrize(
@@ -122,6 +141,13 @@ def test_anything_but_messages_is_refused_naming_the_type_before_anything_is_sen
         sender.send_message_in_transaction(msg)
     assert listener.executed == []
     assert topics.halves() == []
+    # while a tuple or a generator of Messages is taken as before
+    for messages in (
+        (Message("orders", b"a"), Message("orders", b"b")),
+        (Message("orders", v) for v in (b"c", b"d")),
+    ):
+        sender.send_message_in_transaction(messages)
+    assert sorted(h.message.value for h in topics.halves()) == [b"a", b"b", b"c", b"d"]
 
 
 class AsyncListener:
@@ -133,17 +159,12 @@ class AsyncListener:
 
 
 class AsyncCall:
-    def __init__(self) -> None:
-        self.ran: list[Message] = []
-
     async def __call__(self, msg: Message, arg: Any) -> LocalTransactionState:
-        self.ran.append(msg)
         return LocalTransactionState.COMMIT
 
 
-class HiddenAsyncListener:
-    """Its execute_local_transaction is an object whose __call__ is async: the synchronous
-    form can only tell once it is called."""
+class AsyncCallListener:
+    """Its execute_local_transaction is an object whose __call__ is async."""
 
     def __init__(self) -> None:
         self.execute_local_transaction = AsyncCall()
@@ -152,24 +173,61 @@ class HiddenAsyncListener:
         return LocalTransactionState.UNKNOWN
 
 
+@pytest.mark.parametrize("listener", [AsyncListener, AsyncCallListener])
 def test_an_async_listener_is_refused_by_the_synchronous_form_when_made(
-    producer: OutboxProducer, topics: Topics
+    producer: OutboxProducer, listener: type
 ) -> None:
     with pytest.raises(WrongFormError, match="AsyncTransactionalProducer"):
-        TransactionalProducer(producer, AsyncListener())  # type: ignore[arg-type]
-    assert topics.halves() == []
+        TransactionalProducer(producer, listener())
+    # and not set on the producer: a listener that fits is taken afterwards
+    TransactionalProducer(producer, Listener(LocalTransactionState.COMMIT))
 
 
-@pytest.mark.filterwarnings("error::RuntimeWarning")  # "coroutine ... was never awaited"
-def test_a_coroutine_returned_to_the_synchronous_form_is_closed_unrun_and_rolled_back(
-    producer: OutboxProducer, topics: Topics
+class CommitsThenReturnsACoroutine:
+    """A plain execute_local_transaction that commits, then returns what an async def made
+    (its last call, by mistake, to an async def): the synchronous form cannot run it."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.returned: list[Any] = []
+
+    def execute_local_transaction(self, msg: Message, arg: str) -> Any:
+        with self.engine.begin() as conn:
+            conn.execute(orders.insert().values(id=arg, amount=1))
+        coroutine = self.notify(arg)
+        self.returned.append(coroutine)
+        return coroutine
+
+    async def notify(self, order_id: str) -> LocalTransactionState:
+        return LocalTransactionState.COMMIT
+
+    def check_local_transaction(self, msg: MessageView) -> LocalTransactionState:
+        with self.engine.connect() as conn:
+            found = conn.execute(sa.select(orders.c.id).where(orders.c.id == msg.key.decode()))
+            return LocalTransactionState.COMMIT if found.first() else LocalTransactionState.ROLLBACK
+
+
+def test_a_coroutine_returned_to_the_synchronous_form_is_closed_and_left_to_the_check(
+    kafka_bootstrap: str, producer: OutboxProducer, engine: sa.Engine, topics: Topics
 ) -> None:
-    """Before, the coroutine was dropped unawaited and the transaction left UNKNOWN: every
-    check then asked the listener about work that never ran."""
-    listener = HiddenAsyncListener()
-    sender = TransactionalProducer(producer, listener)  # type: ignore[arg-type]
-    with pytest.raises(WrongFormError, match="AsyncTransactionalProducer"):
-        sender.send_message_in_transaction(Message("orders", b"a", key=b"k"))
-    assert listener.execute_local_transaction.ran == []
-    [half] = topics.halves()
-    assert [(o.txn_id, o.state) for o in topics.ops()] == [(half.txn_id, OpState.ROLLBACK)]
+    """Before, the coroutine was dropped unawaited, the call returned UNKNOWN as if the
+    listener had said so. Now the caller is told; no op is written (the listener's own code
+    committed before it returned), and the check finds the row: delivered once."""
+    listener = CommitsThenReturnsACoroutine(engine)
+    sender = TransactionalProducer(producer, listener)
+    producer.serve_checks(engine=engine, secret=SECRET)
+    order_id = "returns-a-coroutine"
+    with pipeline(kafka_bootstrap, topics) as running:
+        with pytest.raises(WrongFormError, match=r"AsyncTransactionalProducer.*notify.*check"):
+            sender.send_message_in_transaction(
+                Message(running.topic, order_id, key=order_id), arg=order_id
+            )
+        [coroutine] = listener.returned
+        assert inspect.getcoroutinestate(coroutine) == inspect.CORO_CLOSED
+        [half] = [h for h in topics.halves() if h.message.topic == running.topic]
+        assert running.decided([half.txn_id]) == {half.txn_id: "COMMIT"}
+        assert running.settle(lambda: {order_id}) == {order_id: 1}
+        assert order_id in order_ids(engine)
+        assert [o.decided_by for o in topics.ops() if o.txn_id == half.txn_id] == [
+            DecidedBy.CHECKER
+        ]
