@@ -20,7 +20,8 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol
@@ -239,16 +240,7 @@ class AsyncTransactionalProducer:
                 with outside():  # its local transaction is its own, not its caller's
                     state: Any = await execute(msg, arg)
             else:
-                with outside():  # the thread's context is copied from this one
-                    running = asyncio.ensure_future(asyncio.to_thread(execute, msg, arg))
-                try:
-                    state = await asyncio.shield(running)
-                except asyncio.CancelledError:
-                    # The thread goes on and may still commit: its checks here answer UNKNOWN
-                    # until it ends, not a ROLLBACK from the listener meanwhile.
-                    release = self._checks.hold(txn_id)
-                    running.add_done_callback(lambda _: release())
-                    raise
+                state = await self._in_thread(txn_id, execute, msg, arg)
                 if inspect.isawaitable(state):  # a plain function returning an awaitable
                     with outside():
                         state = await state
@@ -260,6 +252,48 @@ class AsyncTransactionalProducer:
             )
             return LocalTransactionState.UNKNOWN
         return _checked(txn_id, state)
+
+    async def _in_thread(
+        self, txn_id: str, execute: Callable[[Message, Any], Any], msg: Message, arg: Any
+    ) -> Any:
+        """A plain ``execute_local_transaction`` in a worker thread, marked executing until the
+        thread itself ends.
+
+        Cancelled (a client gone, ``asyncio.run`` ending and cancelling every task), the caller
+        moves on while the thread goes on and may still commit: its checks answer UNKNOWN until
+        it ends, not a ROLLBACK from the listener meanwhile. So the thread lets go of its mark,
+        not the task, which may be cancelled again or never resumed; one that never started
+        (cancelled before the executor took it) is let go of by its task.
+        """
+        release = self._checks.hold(txn_id)
+        gate = threading.Lock()
+        began: list[bool] = []  # [True] once the thread runs it, [False] once dropped
+
+        def run() -> Any:
+            with gate:
+                if began:
+                    return LocalTransactionState.UNKNOWN  # dropped before it began: never ran
+                began.append(True)
+            try:
+                return execute(msg, arg)
+            finally:
+                release()
+
+        def never_began(_: object) -> None:
+            with gate:
+                if began:
+                    return
+                began.append(False)
+            release()
+
+        try:
+            with outside():  # the thread's context is copied from this one
+                running = asyncio.ensure_future(asyncio.to_thread(run))
+        except BaseException:
+            release()
+            raise
+        running.add_done_callback(never_began)
+        return await asyncio.shield(running)
 
 
 def _messages(msg: Message | Sequence[Message]) -> list[Message]:

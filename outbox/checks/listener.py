@@ -190,7 +190,12 @@ class FunctionResolver:
             close = getattr(answer, "close", None)
             if callable(close):
                 close()
-            log.warning("an async check_local_transaction has no running event loop yet; UNKNOWN")
+            log.warning(
+                "an async check_local_transaction has no running event loop yet; UNKNOWN (the "
+                "asyncio forms and the ASGI check endpoint give it theirs as they start; with "
+                "the threaded endpoint call producer.use_loop(loop), or make the check a plain "
+                "def, before the checker's give-up dead-letters these transactions)"
+            )
             return State.UNKNOWN
         return asyncio.run_coroutine_threadsafe(run(), loop).result()
 

@@ -173,3 +173,51 @@ def _halves_of(topics: Topics, order_ids_: set[str], timeout: float = 30) -> lis
             return list(found.values())
         assert time.monotonic() < deadline, f"half records missing: {order_ids_ - set(found)}"
         time.sleep(0.2)
+
+
+def test_a_listener_thread_outliving_its_event_loop_keeps_its_checks_unknown(
+    kafka_bootstrap: str,
+    producer: OutboxProducer,
+    session_factory: sessionmaker,
+    engine: sa.Engine,
+    db_url: str,
+    topics: Topics,
+) -> None:
+    """``asyncio.run`` returning with the call still running cancels every task left, the
+    worker thread's own task among them. Before, that let go of the transaction's mark while
+    the thread still ran: a check meanwhile asked the listener, found no row, answered
+    ROLLBACK, and the row the thread then committed never got its message."""
+    async_engine = create_async_engine(async_url(db_url))
+    listener = SlowOrders(session_factory, async_sessionmaker(async_engine))
+    sender = outbox.AsyncTransactionalProducer(producer, listener)
+    producer.serve_checks(secret=SECRET)
+    order_id = f"committing-{uuid.uuid4().hex[:8]}"
+    left: list[asyncio.Future[Any]] = []
+    with pipeline(kafka_bootstrap, topics, check_max=20) as running:
+
+        async def main() -> None:
+            try:
+                await sender.send_message_in_transaction(
+                    outbox.Message(running.topic, WARM_UP, key=WARM_UP)
+                )
+                left.append(
+                    asyncio.ensure_future(
+                        sender.send_message_in_transaction(
+                            outbox.Message(running.topic, order_id, key=order_id)
+                        )
+                    )
+                )
+                await asyncio.to_thread(listener.started[order_id].wait, 30)
+                # When the application's main coroutine returns with the call still running
+            finally:
+                await async_engine.dispose()
+
+        asyncio.run(main())  # cancels the call; waits for the executor's thread to end
+        assert [call.cancelled() for call in left] == [True]
+        [txn_id] = _halves_of(topics, {order_id})
+        assert running.decided([txn_id]) == {txn_id: "COMMIT"}
+        # Then the thread committed its row, and no check reached the listener before that
+        assert order_id in order_ids(engine)
+        early = [(o, s) for o, s, at in listener.checked if at < listener.ended[order_id]]
+        assert early == [], early
+        assert running.settle(lambda: {order_id}) == {order_id: 1}
