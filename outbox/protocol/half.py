@@ -7,7 +7,9 @@ goes and to which transaction it belongs.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 
 from outbox.errors import InvalidMessageError, ProtocolError, UnknownSchemaVersionError
@@ -117,12 +119,12 @@ def check_immunity(check_immunity_s: object) -> int | None:
     """
     if check_immunity_s is None:
         return None
-    if (
-        isinstance(check_immunity_s, int)
-        and not isinstance(check_immunity_s, bool)
-        and 0 <= check_immunity_s <= MOST_IMMUNITY_S
-    ):
-        return int(check_immunity_s)  # an IntEnum's or numpy's written as digits
+    whole: int | None = None
+    if not isinstance(check_immunity_s, bool) and type(check_immunity_s).__name__ != "bool_":
+        with suppress(TypeError):
+            whole = operator.index(check_immunity_s)  # type: ignore[arg-type]  # int, IntEnum, numpy ints
+    if whole is not None and 0 <= whole <= MOST_IMMUNITY_S:
+        return whole
     raise InvalidMessageError(
         f"check_immunity_s must be a whole number of seconds from 0 to 2**63 - 1, got "
         f"{type(check_immunity_s).__name__} {check_immunity_s!r:.40}; pass an int, e.g. "
