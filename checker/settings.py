@@ -120,9 +120,22 @@ class CheckerSettings:
         for name in ("check_max", "batch_size", "failover_attempts", "check_concurrency"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be at least 1")
-        for name in ("check_interval_s", "registry_ttl_s", "request_timeout_s"):
+        # Each a duration that must pass: 0 would give up a transaction whose group had no live
+        # instance at its first check (a rolling restart) at once, never delivered; NaN or
+        # infinity would end a round in an exception or pause a group for ever.
+        for name in (
+            "check_interval_s",
+            "registry_ttl_s",
+            "request_timeout_s",
+            "transaction_timeout_s",
+            "no_producer_timeout_s",
+            "breaker_cooldown_s",
+        ):
             if not positive_seconds(getattr(self, name)):
-                raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+                raise ConfigurationError(
+                    f"{name}={getattr(self, name)!r} must be a positive number of seconds "
+                    f"({ENV_PREFIX}{name.upper()})"
+                )
         if not self.instance_id:
             raise ConfigurationError("instance_id is empty; set OUTBOX_CHECKER_INSTANCE_ID")
         if not math.isfinite(self.stuck_exit_s) or self.stuck_exit_s < 0:

@@ -52,11 +52,12 @@ class KafkaIO:
         self.metrics = metrics
         config = {
             "bootstrap.servers": settings.bootstrap_servers,
-            "enable.idempotence": True,
-            "acks": "all",
             "linger.ms": 1,
             "message.timeout.ms": int(settings.send_timeout_s * 1000),
             **settings.kafka,
+            # last, whatever ``kafka`` says (its settings refuse weaker values): the guarantee
+            "enable.idempotence": True,
+            "acks": "all",
         }
         self._producer: Producer | None = Producer(log_to_python(config))
         self._op_producer: Producer | None = Producer(

@@ -168,6 +168,7 @@ class OutboxSettings:
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
         self._check_retention()
         self._check_endpoint()
+        self._check_kafka()
         if not 0 <= self.op_linger_ms <= 900_000:
             raise ConfigurationError(
                 f"op_linger_ms={self.op_linger_ms!r} must be between 0 and 900000 "
@@ -201,6 +202,23 @@ class OutboxSettings:
                 f"at least {variable('half_retention_ms')} and "
                 f"{variable('min_compaction_lag_ms')}, or -1 (forever)"
             )
+
+    def _check_kafka(self) -> None:
+        """The half and op records need what an idempotent producer with ``acks=all`` gives:
+        an acknowledged half record that a leader's failover dropped (``acks=1``) would leave a
+        COMMIT naming offsets that no longer hold it - a committed transaction's message never
+        delivered."""
+        wanted = {"acks": ("all", "-1"), "enable.idempotence": ("true", "1")}
+        for key, allowed in wanted.items():
+            value = self.kafka.get(key)
+            if value is not None and str(value).strip().lower() not in allowed:
+                name = key.upper().replace(".", "_")
+                raise ConfigurationError(
+                    f"kafka[{key!r}]={value!r} would let the broker lose an acknowledged half "
+                    f"record, and with it a committed transaction's message; the outbox sets "
+                    f"{key}={allowed[0]} itself: remove {ENV_PREFIX}KAFKA__{name} (or the key "
+                    "from OutboxSettings.kafka)"
+                )
 
     def _check_endpoint(self) -> None:
         if not 0 <= self.check_port <= 65535:

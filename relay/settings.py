@@ -129,6 +129,8 @@ class RelaySettings:
             "shutdown_grace_s",
             "topic_refresh_s",
             "liveness_timeout_s",
+            "park_retry_s",
+            "retry_backoff_s",
         ):
             if not positive_seconds(getattr(self, name)):
                 raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")

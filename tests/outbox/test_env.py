@@ -89,6 +89,25 @@ def test_services_share_the_bootstrap_variable_and_their_own_prefix_wins() -> No
             },
             r"send_timeout_s=nan must be positive",
         ),
+        # acks=1 lets a leader's failover drop an acknowledged half record: a committed
+        # transaction's message never delivered (the user's keys came after the outbox's)
+        (
+            {
+                "OUTBOX_BOOTSTRAP_SERVERS": "k",
+                "OUTBOX_PRODUCER_GROUP": "g",
+                "OUTBOX_KAFKA__ACKS": "1",
+                "OUTBOX_KAFKA__ENABLE_IDEMPOTENCE": "false",
+            },
+            r"kafka\['acks'\]='1' would let the broker lose .* remove OUTBOX_KAFKA__ACKS",
+        ),
+        (
+            {
+                "OUTBOX_BOOTSTRAP_SERVERS": "k",
+                "OUTBOX_PRODUCER_GROUP": "g",
+                "OUTBOX_KAFKA__ENABLE_IDEMPOTENCE": "false",
+            },
+            r"kafka\['enable.idempotence'\]='false' .* OUTBOX_KAFKA__ENABLE_IDEMPOTENCE",
+        ),
     ],
 )
 def test_bad_settings_name_the_variable_and_the_value(env: dict[str, str], message: str) -> None:
@@ -338,3 +357,18 @@ def test_the_producers_topic_names_follow_its_prefix_through_replace_and_pickle(
     assert copied == renamed and copied.topics == renamed.topics
     assert {f.name for f in dataclasses.fields(settings)} >= {"topic_prefix"}
     assert "topics" not in {f.name for f in dataclasses.fields(settings)}
+
+
+def test_the_guarantees_own_kafka_keys_may_be_given_as_they_are() -> None:
+    settings = OutboxSettings.from_env(
+        {
+            "OUTBOX_BOOTSTRAP_SERVERS": "k",
+            "OUTBOX_PRODUCER_GROUP": "g",
+            "OUTBOX_KAFKA__ACKS": "all",
+            "OUTBOX_KAFKA__ENABLE_IDEMPOTENCE": "true",
+        }
+    )
+    assert settings.kafka == {"acks": "all", "enable.idempotence": "true"}
+    assert OutboxSettings(
+        bootstrap_servers="k", producer_group="g", kafka={"acks": -1, "enable.idempotence": True}
+    ).kafka == {"acks": -1, "enable.idempotence": True}

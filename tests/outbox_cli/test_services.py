@@ -161,6 +161,9 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
         # NaN parses as a float; in a wait or a deadline it never ends or ends at once
         ("relay", {"OUTBOX_RELAY_COMMIT_INTERVAL_S": "nan"}, "commit_interval_s=nan must be"),
         ("relay", {"OUTBOX_RELAY_STUCK_EXIT_S": "inf"}, "stuck_exit_s=inf must be 0 (off) or"),
+        # negative or NaN turned the restart and park-retry waits into hot loops
+        ("relay", {"OUTBOX_RELAY_RETRY_BACKOFF_S": "-1"}, "retry_backoff_s=-1.0 must be"),
+        ("relay", {"OUTBOX_RELAY_PARK_RETRY_S": "nan"}, "park_retry_s=nan must be"),
         (
             "checker",
             {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CLOCK_SLACK_S": "nan"},
@@ -169,7 +172,25 @@ def test_the_checker_command_resolves_a_transaction_whose_op_was_lost(
         (
             "checker",
             {"OUTBOX_CHECK_SECRET": "s", "OUTBOX_CHECKER_CHECK_INTERVAL_S": "nan"},
-            "check_interval_s=nan must be positive",
+            "check_interval_s=nan must be a positive number of seconds "
+            "(OUTBOX_CHECKER_CHECK_INTERVAL_S)",
+        ),
+        *(
+            (
+                "checker",
+                {"OUTBOX_CHECK_SECRET": "s", f"OUTBOX_CHECKER_{name.upper()}": value},
+                f"{name}={value} must be a positive number of seconds",
+            )
+            # 0 gave up a transaction whose group had no live instance at its first check at
+            # once; inf / nan ended rounds in an exception or paused a group for ever
+            for name, value in [
+                ("no_producer_timeout_s", "0.0"),
+                ("no_producer_timeout_s", "-1.0"),
+                ("no_producer_timeout_s", "inf"),
+                ("transaction_timeout_s", "nan"),
+                ("breaker_cooldown_s", "inf"),
+                ("breaker_cooldown_s", "nan"),
+            ]
         ),
     ],
 )
