@@ -204,6 +204,13 @@ def _problems(
             f"{topic} has {existing[topic]} partitions, expected {settings.partitions} "
             "(the half, op and state topics must have equal partition counts)"
         )
+    if topic == names.dead_letter and existing[topic] < settings.partitions:
+        # each dead letter goes to its half record's partition number: one the topic lacks
+        # fails every round of the checker that gives up there, and the relay's batch
+        problems.append(
+            f"{topic} has {existing[topic]} partitions, expected at least {settings.partitions} "
+            "(a dead letter is written to its half record's partition)"
+        )
     if topic == names.op:
         return problems  # its cleanup policy is checked with its retention (_op_problems)
     expected = _settings(names, topic, settings)

@@ -37,6 +37,23 @@ def test_topics_ensure_creates_the_four_topics_once_then_verifies_them(
     assert f"{names.half} has 2 partitions, expected 3" in mismatch.err
 
 
+def test_topics_ensure_refuses_a_dead_letter_topic_with_fewer_partitions(
+    cli: Cli, kafka_bootstrap: str
+) -> None:
+    """Before, it said "exists, settings ok": the first give-up on a half partition the topic
+    lacked failed every round of that checker, COMMITs of lost-op transactions included."""
+    names = TopicNames(unique("__outbox-cli-dl"))
+    create_topic(kafka_bootstrap, names.dead_letter, partitions=1)
+    env = {
+        "OUTBOX_BOOTSTRAP_SERVERS": kafka_bootstrap,
+        "OUTBOX_TOPIC_PREFIX": names.prefix,
+        "OUTBOX_PARTITIONS": "3",
+    }
+    refused = cli("topics", "ensure", env=env)
+    assert refused.code == 1
+    assert f"{names.dead_letter} has 1 partitions, expected at least 3" in refused.err
+
+
 def test_topics_ensure_refuses_an_op_topic_that_is_not_compacted(
     cli: Cli, kafka_bootstrap: str
 ) -> None:
