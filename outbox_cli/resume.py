@@ -36,6 +36,7 @@ from outbox_cli.history import (
     DeadLetter,
     History,
     deciding_op,
+    header,
     read_dead_letters,
     read_ops,
 )
@@ -101,6 +102,23 @@ def plan(
             f"{unreadable[0].offset} does not hold a readable half record (its outbox headers "
             "are missing or of an unknown schema version); upgrade kafka-outbox, or put the "
             "record back by hand"
+        )
+    omitted = [
+        letter
+        for letter in letters
+        if header(letter.headers, DeadLetterHeader.OMITTED.value) is not None
+    ]
+    if omitted:
+        # Put back as it is, the copy would carry no value: the relay would deliver a null (on
+        # a compacted topic, deleting the key) in place of the message.
+        letter = omitted[0]
+        why = header(letter.headers, DeadLetterHeader.OMITTED.value)
+        raise RefusedError(
+            f"transaction {txn_id}: the dead letter at {names.dead_letter}[{partition}]@"
+            f"{letter.offset} holds no value ({why}); put back, its copy would deliver a "
+            "null in place of the message. Put "
+            f"{names.half}[{partition}]@{letter.source_offset} back by hand, and raise the "
+            "dead-letter topic's max.message.bytes for later dead letters"
         )
     return history, letters
 

@@ -184,6 +184,48 @@ def test_resume_refuses_a_dead_letter_it_cannot_read_as_a_half_record_and_writes
     assert [o.state for o in ops if o is not None] == [OpState.GIVEN_UP]
 
 
+def test_resume_refuses_a_dead_letter_whose_value_its_topic_refused_and_writes_nothing(
+    cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
+) -> None:
+    """Before, the copy was put back with no value, and the relay delivered a null (on a
+    compacted topic, deleting the key) in place of the message."""
+    # Given a given-up transaction whose dead letter the topic first refused (too large), so
+    # the checker wrote it again without the value, saying so (checker/writer.py)
+    names = outbox_settings.topics
+    writer = Writer(outbox_settings)
+    txn = writer.halves("orders-resume", [b"x" * 100])
+    [half] = [
+        m
+        for m in read_messages(outbox_settings.bootstrap_servers, names.half, txn.partition)
+        if m.key() == txn.txn_id.encode()
+    ]
+    headers = dead_letter_headers(
+        half.headers(),
+        reason="still UNKNOWN after 15 checks",
+        source_topic=names.half,
+        source_partition=txn.partition,
+        source_offset=half.offset(),
+    )
+    headers.append((DeadLetterHeader.OMITTED.value, b"the dead-letter topic refused it"))
+    writer.producer.produce(
+        names.dead_letter,
+        key=txn.txn_id.encode(),
+        value=None,
+        headers=headers,
+        partition=txn.partition,
+    )
+    assert writer.producer.flush(30) == 0
+    writer.op(txn, OpState.GIVEN_UP, by=DecidedBy.CHECKER, reason="still UNKNOWN")
+    halves_before = len(read_messages(outbox_settings.bootstrap_servers, names.half))
+
+    refused = cli("resume", txn.txn_id, env=operator_env)
+
+    assert refused.code == 5
+    assert "holds no value (the dead-letter topic refused it)" in refused.err
+    assert f"{names.half}[{txn.partition}]@{half.offset()} back by hand" in refused.err
+    assert len(read_messages(outbox_settings.bootstrap_servers, names.half)) == halves_before
+
+
 def test_resume_of_an_unknown_transaction_exits_4(
     cli: Cli, operator_env: dict[str, str], outbox_settings: OutboxSettings
 ) -> None:
