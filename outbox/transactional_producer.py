@@ -127,6 +127,9 @@ class TransactionalProducer:
             HalfSendError: not acknowledged; the local transaction was not run, and the
                 transaction's ROLLBACK op was written (its records may be on the half topic:
                 the relay drops them, and no check asks the listener about them).
+            ConfigurationError: in a process forked from the one serving the checks, the
+                transaction could not be marked as executing (:mod:`outbox.checks.executing`);
+                nothing was sent.
             WrongFormError: ``execute_local_transaction`` returned a coroutine, which this
                 synchronous form cannot run: it is closed, and the transaction left to the
                 check (no op: the listener's own code may have committed before it returned).
@@ -207,6 +210,7 @@ class AsyncTransactionalProducer:
             InvalidMessageError: bad input; nothing was sent and the local transaction not run.
             HalfSendError: not acknowledged; the local transaction was not run, and its
                 ROLLBACK op was written (as for a cancellation during the send).
+            ConfigurationError: as for :meth:`TransactionalProducer.send_message_in_transaction`.
         """
         messages = _messages(msg)
         immunity_s = check_immunity(check_immunity_s)  # refused before anything is done

@@ -95,14 +95,6 @@ def plan(
             f"transaction {txn_id} is GIVEN_UP but has no dead letters in "
             f"{names.dead_letter}[{partition}] since {iso(since)}; nothing to put back"
         )
-    unreadable = [letter for letter in letters if letter.half is None]
-    if unreadable:
-        raise RefusedError(
-            f"transaction {txn_id}: the dead letter at {names.dead_letter}[{partition}]@"
-            f"{unreadable[0].offset} does not hold a readable half record (its outbox headers "
-            "are missing or of an unknown schema version); upgrade kafka-outbox, or put the "
-            "record back by hand"
-        )
     omitted = [
         letter
         for letter in letters
@@ -119,6 +111,14 @@ def plan(
             "null in place of the message. Put "
             f"{names.half}[{partition}]@{letter.source_offset} back by hand, and raise the "
             "dead-letter topic's max.message.bytes for later dead letters"
+        )
+    unreadable = [letter for letter in letters if letter.half is None]
+    if unreadable:
+        raise RefusedError(
+            f"transaction {txn_id}: the dead letter at {names.dead_letter}[{partition}]@"
+            f"{unreadable[0].offset} does not hold a readable half record (its outbox headers "
+            "are missing or of an unknown schema version); upgrade kafka-outbox, or put the "
+            "record back by hand"
         )
     return history, letters
 

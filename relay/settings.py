@@ -133,7 +133,9 @@ class RelaySettings:
             "retry_backoff_s",
         ):
             if not positive_seconds(getattr(self, name)):
-                raise ConfigurationError(f"{name}={getattr(self, name)!r} must be positive")
+                raise ConfigurationError(
+                    f"{name}={getattr(self, name)!r} must be positive ({ENV_PREFIX}{name.upper()})"
+                )
         if not math.isfinite(self.stuck_exit_s) or self.stuck_exit_s < 0:
             raise ConfigurationError(f"stuck_exit_s={self.stuck_exit_s!r} must be 0 (off) or more")
         if not 0 <= self.http_port <= 65535:
