@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from confluent_kafka import Producer
@@ -167,15 +167,11 @@ def test_resume_refuses_a_dead_letter_it_cannot_read_as_a_half_record_and_writes
         ),
         partition=txn.partition,
     )
-    assert writer.producer.flush(30) == 0
-    writer.op(txn, OpState.GIVEN_UP, by=DecidedBy.CHECKER, reason="still UNKNOWN")
-    halves_before = len(read_messages(outbox_settings.bootstrap_servers, names.half))
-
-    refused = cli("resume", txn.txn_id, env=operator_env)
+    refused = _given_up_then_resumed(cli, operator_env, outbox_settings, writer, txn)
 
     assert refused.code == 5
     assert "does not hold a readable half record" in refused.err
-    assert len(read_messages(outbox_settings.bootstrap_servers, names.half)) == halves_before
+    assert len(read_messages(outbox_settings.bootstrap_servers, names.half)) == refused.halves
     ops = [
         decode_op(m.key(), m.value())
         for m in read_messages(outbox_settings.bootstrap_servers, names.op, txn.partition)
@@ -215,16 +211,12 @@ def test_resume_refuses_a_dead_letter_whose_value_its_topic_refused_and_writes_n
         headers=headers,
         partition=txn.partition,
     )
-    assert writer.producer.flush(30) == 0
-    writer.op(txn, OpState.GIVEN_UP, by=DecidedBy.CHECKER, reason="still UNKNOWN")
-    halves_before = len(read_messages(outbox_settings.bootstrap_servers, names.half))
-
-    refused = cli("resume", txn.txn_id, env=operator_env)
+    refused = _given_up_then_resumed(cli, operator_env, outbox_settings, writer, txn)
 
     assert refused.code == 5
     assert "holds no value (the dead-letter topic refused it)" in refused.err
     assert f"{names.half}[{txn.partition}]@{half.offset()} back by hand" in refused.err
-    assert len(read_messages(outbox_settings.bootstrap_servers, names.half)) == halves_before
+    assert len(read_messages(outbox_settings.bootstrap_servers, names.half)) == refused.halves
 
 
 def test_resume_of_an_unknown_transaction_exits_4(
@@ -381,3 +373,21 @@ def test_a_copy_acknowledged_without_an_offset_aborts_the_resume_and_writes_noth
         if m.key() == txn.txn_id.encode()
     ]
     assert [o.state for o in ops] == [OpState.GIVEN_UP]
+
+
+class Refused(NamedTuple):
+    code: int
+    err: str
+    #: Records on the half topic before the resume.
+    halves: int
+
+
+def _given_up_then_resumed(
+    cli: Cli, operator_env: dict[str, str], settings: OutboxSettings, writer: Writer, txn: Any
+) -> Refused:
+    """Its dead letter written (and flushed here), the transaction given up; resume it."""
+    assert writer.producer.flush(30) == 0
+    writer.op(txn, OpState.GIVEN_UP, by=DecidedBy.CHECKER, reason="still UNKNOWN")
+    halves = len(read_messages(settings.bootstrap_servers, settings.topics.half))
+    result = cli("resume", txn.txn_id, env=operator_env)
+    return Refused(result.code, result.err, halves)
