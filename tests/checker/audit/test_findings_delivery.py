@@ -149,3 +149,30 @@ def test_a_message_twice_on_the_real_topic_is_a_duplicate(spark) -> None:
     row = found.first()
     assert (row.message_index, row.times) == (1, 2)
     assert [r.ts_ms for r in row.records] == [3_000, 4_000]
+
+
+@pytest.mark.parametrize("originals", ["before the window", "removed by retention"])
+def test_what_follows_a_resume_in_the_window_is_judged_there(spark, originals: str) -> None:
+    """The hourly audit reads the resume's copy and ops, not the transaction's first records
+    (given up hours before, or gone with the half topic's retention). Before, such a
+    transaction was out of scope: a resumed COMMIT never delivered, or a resumed ROLLBACK
+    delivered anyway, was reported clean."""
+    sc = Scenario()
+    resumed: dict[str, object] = {}
+    for name, decision, promoted in (("lost", "COMMIT", False), ("phantom", "ROLLBACK", True)):
+        t = sc.txn(1, at=1_000, in_range=False)
+        sc.op(t, "GIVEN_UP", at=20_000, by="checker", in_range=False)
+        if originals == "removed by retention":
+            sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
+        sc.put_back(t, 0, at=50_000)  # the resume's copy
+        sc.op(t, "RESUMED", at=50_000, by="checker")
+        sc.op(t, decision, at=51_000, by="checker")
+        if promoted:
+            sc.promote(t, at=52_000)
+        resumed[name] = t.txn_id
+    never_resumed = sc.txn(1, at=1_000, in_range=False)
+    sc.op(never_resumed, "COMMIT", at=2_000, in_range=False)
+    book, frames = sc.ledger(spark)
+
+    assert ids(lost(book, as_of_ms=200_000, grace_ms=GRACE)) == {resumed["lost"]}
+    assert ids(phantom(frames["promoted"], book)) == {resumed["phantom"]}
