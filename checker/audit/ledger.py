@@ -166,10 +166,11 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
     """One row per transaction known from the half or op topic.
 
     ``in_scope``: its first half record is in range; for a transaction with no half record in
-    what was read, its first op is; and a transaction resumed in range (its latest RESUMED op)
-    is, wherever its first records were: what follows a resume is judged by the window it
-    happens in. ``expected`` is the COMMIT op's message count, or the count
-    its halves announce or show where that is more (a COMMIT naming part of a transaction, which
+    what was read, its first op is; but a resumed transaction is in scope where its latest
+    RESUMED op is in range, and nowhere else: what follows a resume is judged once, by the
+    window it happens in, wherever its first records were.
+    ``expected`` is the COMMIT op's message count, or the count its halves announce or show
+    where that is more (a COMMIT naming part of a transaction, which
     the relay refuses, leaves the rest undelivered; a transaction commits only once every send
     was acknowledged, so each message index on the half topic was committed - a producer that
     took a delivery report without an offset for none once wrote a COMMIT naming no record),
@@ -201,14 +202,15 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
     return (
         df.withColumns(
             {
-                # or resumed in range: its latest epoch began there (the resume's copies and
-                # ops are read, its original half records and first ops perhaps long before)
+                # A resumed transaction, in the range of its latest resume alone: what follows
+                # the resume is judged there (its copies and ops are read, its original half
+                # records perhaps long before), and by no other window's audit.
                 "in_scope": F.coalesce(
+                    F.col("resumed_in_range"),
                     F.when(F.col("first_half_ms").isNotNull(), F.col("half_in_range")),
                     F.col("op_in_range"),
                     F.lit(False),
-                )
-                | F.coalesce(F.col("resumed_in_range"), F.lit(False)),
+                ),
                 "producer_group": F.coalesce(F.col("producer_group"), F.col("op_group")),
                 "half_partition": F.coalesce(F.col("half_partition"), F.col("op_partition")),
                 "half_offsets": F.coalesce(F.col("half_offsets"), F.col("op_half_offsets")),

@@ -24,20 +24,25 @@ PERCENTILES = (0.5, 0.9, 0.99)
 
 
 def latency_columns() -> dict[str, Column]:
-    """Per-transaction latencies (ms), null where they do not apply."""
+    """Per-transaction latencies (ms), null where they do not apply. A resumed transaction's
+    half records are the copies its resume put back: its latencies start there, not hours
+    before with its first half record (read or not, depending on the lookback)."""
     decided = F.col("state").isin(TERMINAL)
     complete = (F.col("state") == COMMIT) & (F.col("delivered") >= F.col("expected"))
+    halves_ms = F.coalesce(F.col("resumed_ms"), F.col("first_half_ms"))
     return {
-        "half_to_decision": F.when(decided, F.col("decision_ms") - F.col("first_half_ms")),
+        "half_to_decision": F.when(decided, F.col("decision_ms") - halves_ms),
         "decision_to_promotion": F.when(complete, F.col("last_promoted_ms") - F.col("decision_ms")),
-        "half_to_promotion": F.when(complete, F.col("last_promoted_ms") - F.col("first_half_ms")),
+        "half_to_promotion": F.when(complete, F.col("last_promoted_ms") - halves_ms),
     }
 
 
 def _totals(as_of_ms: int, grace_ms: int, window_ms: int) -> list[Column]:
     committed = F.col("state") == COMMIT
     undecided = F.col("state").isNull() | (F.col("state") == OpState.RESUMED.value)
-    started = F.coalesce(F.col("first_half_ms"), F.col("first_op_ms"))
+    started = F.when(F.col("state") == OpState.RESUMED.value, F.col("resumed_ms")).otherwise(
+        F.coalesce(F.col("first_half_ms"), F.col("first_op_ms"))
+    )  # as findings.decisions.undecided_since: a resume starts the clock again
     in_flight = (
         committed
         & (F.col("delivered") < F.col("expected"))

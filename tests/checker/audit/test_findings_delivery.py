@@ -172,6 +172,13 @@ def test_what_follows_a_resume_in_the_window_is_judged_there(spark, originals: s
         resumed[name] = t.txn_id
     never_resumed = sc.txn(1, at=1_000, in_range=False)
     sc.op(never_resumed, "COMMIT", at=2_000, in_range=False)
+    # begun in this window, resumed after it (before the audit ran): judged in the resume's
+    # window, not here as well
+    resumed_later = sc.txn(1, at=10_000)
+    sc.op(resumed_later, "GIVEN_UP", at=20_000, by="checker")
+    sc.put_back(resumed_later, 0, at=90_000, in_range=False)
+    sc.op(resumed_later, "RESUMED", at=90_000, by="checker", in_range=False)
+    sc.op(resumed_later, "COMMIT", at=91_000, by="checker", in_range=False)
     book, frames = sc.ledger(spark)
 
     assert ids(lost(book, as_of_ms=200_000, grace_ms=GRACE)) == {resumed["lost"]}

@@ -45,3 +45,25 @@ def test_counts_and_latencies_follow_the_transactions(spark) -> None:
     bins = dict(figures.histograms["half_to_decision"])
     assert sum(bins.values()) == 11
     assert bins[bin_index(20)] == 1 and bin_index(1000) in bins
+
+
+def test_a_resumed_transactions_latencies_and_pending_clock_start_at_its_resume(spark) -> None:
+    """Its first half record, read or not (given up hours before, or gone with retention),
+    is not where the protocol's latency starts again."""
+    sc = Scenario()
+    resumed = sc.txn(at=1_000)
+    sc.op(resumed, "GIVEN_UP", at=20_000, by="checker")
+    sc.put_back(resumed, 0, at=50_000)
+    sc.op(resumed, "RESUMED", at=50_000, by="checker")
+    sc.op(resumed, "COMMIT", at=50_300, by="checker")
+    sc.promote(resumed, at=50_350)
+    pending = sc.txn(at=1_000)
+    sc.op(pending, "GIVEN_UP", at=20_000, by="checker")
+    sc.op(pending, "RESUMED", at=95_000, by="checker")
+    book, _ = sc.ledger(spark)
+
+    figures = statistics(book, as_of_ms=100_000, grace_ms=5_000, window_ms=10_000)
+
+    assert figures.latencies["half_to_decision"]["max"] == 300
+    assert figures.latencies["half_to_promotion"]["max"] == 350
+    assert figures.counts["pending_decision"] == 1  # resumed 5 s ago: not stuck, pending
