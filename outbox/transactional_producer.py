@@ -34,7 +34,7 @@ from outbox.logs import fields
 from outbox.message import Message, MessageView, message_headers
 from outbox.nesting import outside
 from outbox.producer import OutboxProducer
-from outbox.protocol.half import HalfMessage, check_immunity
+from outbox.protocol.half import HalfMessage
 from outbox.protocol.states import CheckBy, LocalTransactionState
 from outbox.transaction import HalfCoordinates, OutboxTransaction
 
@@ -213,14 +213,13 @@ class AsyncTransactionalProducer:
             ConfigurationError: as for :meth:`TransactionalProducer.send_message_in_transaction`.
         """
         messages = _messages(msg)
-        immunity_s = check_immunity(check_immunity_s)  # refused before anything is done
         # The listener's async check_local_transaction runs on this loop (the check endpoint
         # answers from its own thread).
         self.producer.use_loop(asyncio.get_running_loop())
         if self.producer.known_partitions is None:  # read once per producer: blocking
             await asyncio.to_thread(lambda: self.producer.partitions)
         txn = AsyncOutboxTransaction(
-            self.producer, check_immunity_s=immunity_s, check_by=CheckBy.LISTENER
+            self.producer, check_immunity_s=check_immunity_s, check_by=CheckBy.LISTENER
         )
         halves = [_build(txn.core, m) for m in messages]
         with self._checks.executing(txn.txn_id):
