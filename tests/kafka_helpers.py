@@ -40,6 +40,13 @@ def create_topic(
     futures[name].result(30)
 
 
+def remove_up_to_the_end(bootstrap: str, topic: str, partition: int) -> int:
+    """What retention does, now: the partition's log start moves to its end."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    [future] = admin.delete_records([TopicPartition(topic, partition, -1)]).values()
+    return int(future.result(30).low_watermark)
+
+
 def add_partitions(bootstrap: str, topic: str, total: int, *, timeout: float = 30) -> None:
     """Grow ``topic`` to ``total`` partitions, and return once a broker's metadata has them all."""
     admin = AdminClient({"bootstrap.servers": bootstrap})

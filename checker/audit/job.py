@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +69,10 @@ def compute_findings(
     book = ledger_mod.ledger(txns, ledger_mod.decisions(ops), delivered)
     book = book.persist(StorageLevel.MEMORY_AND_DISK)
     as_of, grace, window = resolved.as_of_ms, settings.grace_ms, settings.window_ms
+    since = {t: ms for t, ms in inputs.complete_since_ms.items() if t in inputs.real_topics}
     found: dict[str, DataFrame] = {
-        "lost": delivery.lost(book, as_of_ms=as_of, grace_ms=grace),
-        "partial": delivery.partial(book, as_of_ms=as_of, grace_ms=grace),
+        "lost": delivery.lost(book, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since),
+        "partial": delivery.partial(book, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since),
         "phantom": delivery.phantom(promoted, book),
         "duplicate": delivery.duplicate(delivered, book),
         "out_of_order": order.out_of_order(delivered, book),
@@ -116,6 +117,7 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
     parquet_root = settings.parquet_dir or str(out_dir / "findings")
     with ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="audit") as pool:
         inputs = load_inputs(spark, settings, resolved)
+        resolved = replace(resolved, start=inputs.start)
         sources = {
             "half_records_read": inputs.halves,
             "op_records_read": inputs.ops,
@@ -183,6 +185,8 @@ def _parameters(settings: AuditSettings, resolved: Resolved, inputs: AuditInputs
         "bootstrap_servers": settings.bootstrap_servers,
         "topic_prefix": settings.topic_prefix,
         "from": describe(resolved.start),
+        "asked_from": settings.start,
+        "complete_since_ms": dict(sorted(inputs.complete_since_ms.items())),
         "to": describe(resolved.end),
         "as_of_ms": resolved.as_of_ms,
         "grace_ms": settings.grace_ms,

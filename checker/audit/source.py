@@ -19,11 +19,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.audit import records
+from checker.audit.bounds import Bound, Earliest
 from checker.audit.errors import AuditConfigError
 from checker.audit.evidence_source import read_evidence, read_horizon
-from checker.audit.metadata import topic_partitions
+from checker.audit.metadata import held_offsets, topic_partitions
 from checker.audit.partitioning import by_transaction
 from checker.audit.plan import TopicRead, plan_read
+from checker.audit.retained import complete_since, judged_from
 from checker.audit.settings import AuditSettings, Resolved
 
 #: The columns Spark's Kafka source gives with ``includeHeaders=true``.
@@ -63,6 +65,11 @@ class AuditInputs:
     partitions: dict[str, int] = field(default_factory=dict)
     real_topics: list[str] = field(default_factory=list)
     missing_real_topics: list[str] = field(default_factory=list)
+    #: Where the range starts: the one asked for, or later where the half and op topics have
+    #: lost records to retention (:mod:`checker.audit.retained`).
+    start: Bound = field(default_factory=Earliest)
+    #: Per topic that lost records to retention, from when it holds every record (Unix ms).
+    complete_since_ms: dict[str, int] = field(default_factory=dict)
 
     def release(self) -> None:
         for frame in (self.halves, self.ops, self.promoted, self.dead_letters, self.unreadable):
@@ -119,11 +126,24 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
                 "check --topic-prefix and --bootstrap-servers"
             )
 
+    def complete(topics: list[str]) -> dict[str, int]:
+        held = held_offsets(
+            spark,
+            settings.bootstrap_servers,
+            settings.kafka,
+            {t: partitions[t] for t in topics},
+            timeout_s=settings.metadata_timeout_s,
+        )
+        return complete_since(lambda r: read_topic(spark, settings, r), held)
+
+    since = complete([names.half, names.op])
+    start = judged_from(resolved.start, max(since.values(), default=None))
+
     def plan(topic: str) -> TopicRead:
         return plan_read(
             topic,
             partitions[topic],
-            resolved.start,
+            start,
             resolved.end,
             lookback_ms=settings.lookback_ms,
         )
@@ -142,6 +162,7 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
     wanted = [t for t in wanted if not names.is_internal(t)]
     partitions.update(_partitions(spark, settings, wanted))
     present = [t for t in wanted if t in partitions]
+    since.update(complete(present))
     promoted_raw = [
         records.promoted(read_topic(spark, settings, r), r.in_range, as_of_ms=cut)
         for r in (plan(t) for t in present)
@@ -173,6 +194,8 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         partitions=partitions,
         real_topics=present,
         missing_real_topics=[t for t in wanted if t not in partitions],
+        start=start,
+        complete_since_ms=since,
     )
 
 

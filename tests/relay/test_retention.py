@@ -10,11 +10,10 @@ import logging
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from outbox.protocol import OpState
 from outbox.protocol.dead_letter import DeadLetterHeader
-from tests.kafka_helpers import unique, watermarks
+from tests.kafka_helpers import remove_up_to_the_end, unique, watermarks
 from tests.relay.test_partitions import relay_on
 from tests.relay.test_pending import committed_offset
 from tests.relay.test_relay import (
@@ -34,13 +33,6 @@ def end_of(bootstrap: str, topic: str, partition: int) -> int:
         return watermarks(consumer, TopicPartition(topic, partition))[1]
     finally:
         consumer.close()
-
-
-def remove_up_to_the_end(bootstrap: str, topic: str, partition: int) -> int:
-    """What retention does, now: the partition's log start moves to its end."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    [future] = admin.delete_records([TopicPartition(topic, partition, -1)]).values()
-    return int(future.result(30).low_watermark)
 
 
 @pytest.mark.parametrize("later_traffic", [True, False], ids=["with-later-traffic", "alone"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -27,12 +29,27 @@ TXN_COLUMNS = [
 ]
 
 
-def _committed_past_grace(ledger: DataFrame, as_of_ms: int, grace_ms: int) -> DataFrame:
-    return ledger.filter(
+def _committed_past_grace(
+    ledger: DataFrame, as_of_ms: int, grace_ms: int, complete_since_ms: Mapping[str, int] | None
+) -> DataFrame:
+    """In-scope COMMITs decided ``grace_ms`` before the audit's clock, whose real topics were
+    all complete when they were decided: a topic that has since lost records to retention
+    (``complete_since_ms``, :mod:`checker.audit.retained`) no longer shows what reached it."""
+    judged = (
         F.col("in_scope")
         & (F.col("state") == COMMIT)
         & (F.col("decision_ms") <= F.lit(as_of_ms - grace_ms))
     )
+    if complete_since_ms:
+        since = F.create_map(
+            *[F.lit(x) for t, ms in sorted(complete_since_ms.items()) for x in (t, ms)]
+        )
+        emptied = F.exists(
+            F.coalesce(F.col("real_topics"), F.array().cast("array<string>")),
+            lambda t: F.coalesce(F.try_element_at(since, t) > F.col("decision_ms"), F.lit(False)),
+        )
+        judged = judged & ~emptied
+    return ledger.filter(judged)
 
 
 def _missing_indices() -> Column:
@@ -41,19 +58,32 @@ def _missing_indices() -> Column:
     return F.array_except(wanted, F.col("delivered_indices")).alias("missing_indices")
 
 
-def lost(ledger: DataFrame, *, as_of_ms: int, grace_ms: int) -> DataFrame:
+def lost(
+    ledger: DataFrame,
+    *,
+    as_of_ms: int,
+    grace_ms: int,
+    complete_since_ms: Mapping[str, int] | None = None,
+) -> DataFrame:
     """Committed transactions, decided at least ``grace_ms`` before ``as_of_ms``, of which no
-    message reached its real topic."""
-    found = _committed_past_grace(ledger, as_of_ms, grace_ms).filter(
+    message reached its real topic (among those whose real topics still hold everything since
+    their decision: ``complete_since_ms``)."""
+    found = _committed_past_grace(ledger, as_of_ms, grace_ms, complete_since_ms).filter(
         (F.col("delivered") == 0) & (F.col("expected") > 0)
     )
     return found.select(*TXN_COLUMNS, _missing_indices())
 
 
-def partial(ledger: DataFrame, *, as_of_ms: int, grace_ms: int) -> DataFrame:
+def partial(
+    ledger: DataFrame,
+    *,
+    as_of_ms: int,
+    grace_ms: int,
+    complete_since_ms: Mapping[str, int] | None = None,
+) -> DataFrame:
     """Committed transactions, past the grace period, with some but not all messages
-    delivered."""
-    found = _committed_past_grace(ledger, as_of_ms, grace_ms).filter(
+    delivered (judged as :func:`lost` judges)."""
+    found = _committed_past_grace(ledger, as_of_ms, grace_ms, complete_since_ms).filter(
         (F.col("delivered") > 0) & (F.col("delivered") < F.col("expected"))
     )
     return found.select(*TXN_COLUMNS, _missing_indices())

@@ -183,3 +183,34 @@ def test_what_follows_a_resume_in_the_window_is_judged_there(spark, originals: s
 
     assert ids(lost(book, as_of_ms=200_000, grace_ms=GRACE)) == {resumed["lost"]}
     assert ids(phantom(frames["promoted"], book)) == {resumed["phantom"]}
+
+
+def test_lost_and_partial_judge_only_what_a_real_topic_held_in_full_when_decided(spark) -> None:
+    """A real topic that lost its records up to 5_000 to retention shows nothing of what was
+    decided before: neither lost nor partial (its records may have come and gone)."""
+    sc = Scenario()
+    before = sc.txn(topic="orders")
+    sc.op(before, "COMMIT", at=4_000)
+    half_before = sc.txn(2, topic="orders")
+    sc.op(half_before, "COMMIT", at=4_500)
+    sc.promote(half_before, [1], at=6_000)
+    at_the_start = sc.txn(topic="orders")
+    sc.op(at_the_start, "COMMIT", at=5_000)
+    half_after = sc.txn(2, topic="orders")
+    sc.op(half_after, "COMMIT", at=5_500)
+    sc.promote(half_after, [0], at=6_000)
+    elsewhere = sc.txn(topic="payments")
+    sc.op(elsewhere, "COMMIT", at=4_000)
+    book, _ = sc.ledger(spark)
+    since = {"orders": 5_000}
+
+    assert ids(lost(book, as_of_ms=AS_OF, grace_ms=GRACE, complete_since_ms=since)) == {
+        at_the_start.txn_id,
+        elsewhere.txn_id,
+    }
+    assert ids(partial(book, as_of_ms=AS_OF, grace_ms=GRACE, complete_since_ms=since)) == {
+        half_after.txn_id
+    }
+    # without the bound, what retention took looks lost
+    assert before.txn_id in ids(lost(book, as_of_ms=AS_OF, grace_ms=GRACE))
+    assert half_before.txn_id in ids(partial(book, as_of_ms=AS_OF, grace_ms=GRACE))

@@ -1,0 +1,82 @@
+"""Topics that lost records to retention: the audit judges what they still hold in full.
+
+Retention is played by ``delete_records`` (what retention does, at once). The default audit,
+``--from earliest``, of a system older than its half topic's retention (7 days) used to read
+every op left on the op topic (14 days) as in range: each COMMIT whose half and real records
+retention had removed was ``lost`` (and docs/audit.md tells the operator to replay those: real
+duplicates), each promoted record whose half and op were gone a ``phantom``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from checker.audit.job import run_audit
+from checker.audit.settings import AuditSettings
+from outbox.protocol import OpState
+from outbox.testing.stream import StreamTxn, StreamWriter
+from tests.kafka_helpers import create_topic, remove_up_to_the_end, unique
+
+pytestmark = pytest.mark.integration
+
+
+def test_what_retention_removed_is_neither_lost_nor_phantom(
+    spark: Any, kafka_bootstrap: str, tmp_path
+) -> None:
+    orders, archive = unique("orders"), unique("archive")
+    for topic in (orders, archive):
+        create_topic(kafka_bootstrap, topic)
+    w = StreamWriter(kafka_bootstrap, prefix=unique("__outbox-retained"), partitions=1)
+    topics = w.topics
+
+    def committed(topic: str, n: int, *, promote: bool = True) -> list[StreamTxn]:
+        txns = [w.begin([(topic, b"k%d" % i, b"v")]) for i in range(n)]
+        w.flush()
+        for t in txns:
+            w.decide(t, OpState.COMMIT)
+        w.flush()
+        if promote:
+            for t in txns:
+                w.promote(t)
+            w.flush()
+        time.sleep(0.05)  # what follows is stamped later
+        return txns
+
+    # half and op records gone, the promoted records kept (a topic kept longer): no phantom
+    committed(archive, 2)
+    for topic in (topics.half, topics.op):
+        remove_up_to_the_end(kafka_bootstrap, topic, 0)
+    # half and promoted records gone, the ops kept (the op topic keeps 14 days): not lost
+    committed(orders, 2)
+    remove_up_to_the_end(kafka_bootstrap, topics.half, 0)
+    # half records and ops kept, the promoted records gone (the real topic's retention is
+    # shorter, or its segments roll sooner): not lost, nothing shows whether they arrived
+    faded = committed(orders, 2)
+    remove_up_to_the_end(kafka_bootstrap, orders, 0)
+    # what every topic holds in full is judged as ever
+    kept = committed(orders, 2)
+    [never_promoted] = committed(orders, 1, promote=False)
+    w.close()
+
+    settings = AuditSettings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=topics.prefix,
+        as_of="now+10m",
+        out_dir=str(tmp_path),
+    )
+    result = run_audit(spark, settings)
+
+    assert result.txn_ids("lost") == {never_promoted.txn_id}
+    assert {n: c for n, c in result.counts.items() if c} == {"lost": 1}
+    parameters = result.summary["parameters"]
+    since = parameters["complete_since_ms"]
+    assert set(since) == {topics.half, topics.op, orders}
+    # the range starts where the half and op topics hold everything: at the first half
+    # record left (the faded transactions'), after the first op left
+    assert parameters["from"] == since[topics.half] > since[topics.op]
+    assert parameters["asked_from"] == "earliest"
+    statistics = result.summary["statistics"]
+    assert statistics["transactions"] == len(faded) + len(kept) + 1
