@@ -64,15 +64,22 @@ def compute_findings(
     frames = typed(inputs)
     halves, ops, promoted = frames["halves"], frames["ops"], frames["promoted"]
     delivered = ledger_mod.deliveries(promoted).persist(StorageLevel.MEMORY_AND_DISK)
-    txns = ledger_mod.transactions(ledger_mod.messages(halves))
+    messages = ledger_mod.messages(halves)
+    txns = ledger_mod.transactions(messages)
     ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
     book = ledger_mod.ledger(txns, ledger_mod.decisions(ops), delivered)
     book = book.persist(StorageLevel.MEMORY_AND_DISK)
     as_of, grace, window = resolved.as_of_ms, settings.grace_ms, settings.window_ms
     since = {t: ms for t, ms in inputs.complete_since_ms.items() if t in inputs.real_topics}
+    arrived = book
+    if inputs.compacted_real_topics:
+        replaced = delivery.superseded(messages, promoted, book, inputs.compacted_real_topics)
+        arrived = delivery.with_superseded(book, replaced)
     found: dict[str, DataFrame] = {
-        "lost": delivery.lost(book, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since),
-        "partial": delivery.partial(book, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since),
+        "lost": delivery.lost(arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since),
+        "partial": delivery.partial(
+            arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since
+        ),
         "phantom": delivery.phantom(promoted, book),
         "duplicate": delivery.duplicate(delivered, book),
         "out_of_order": order.out_of_order(delivered, book),
@@ -187,6 +194,7 @@ def _parameters(settings: AuditSettings, resolved: Resolved, inputs: AuditInputs
         "from": describe(resolved.start),
         "asked_from": settings.start,
         "complete_since_ms": dict(sorted(inputs.complete_since_ms.items())),
+        "compacted_real_topics": inputs.compacted_real_topics,
         "to": describe(resolved.end),
         "as_of_ms": resolved.as_of_ms,
         "grace_ms": settings.grace_ms,

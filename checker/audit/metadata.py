@@ -81,6 +81,43 @@ def held_offsets(
     return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask)
 
 
+def compacted_topics(
+    spark: Any,
+    bootstrap_servers: str,
+    kafka: Mapping[str, Any],
+    topics: Iterable[str],
+    *,
+    timeout_s: float,
+) -> set[str]:
+    """Those of ``topics`` whose ``cleanup.policy`` includes ``compact``: the cleaner removes a
+    key's earlier records from them.
+
+    Raises:
+        AuditSourceError: Kafka did not answer within ``timeout_s``.
+    """
+    wanted = sorted(set(topics))
+    if not wanted:
+        return set()
+
+    def ask(admin: Any, wait: Callable[[Any], Any]) -> set[str]:
+        jvm = spark.sparkContext._jvm
+        resource = jvm.org.apache.kafka.common.config.ConfigResource
+        kind = getattr(jvm.org.apache.kafka.common.config, "ConfigResource$Type").TOPIC
+        asked = jvm.java.util.ArrayList()
+        for topic in wanted:
+            asked.add(resource(kind, topic))
+        answer = wait(admin.describeConfigs(asked).all())
+        found = set()
+        for key in answer.keySet():
+            entry = answer.get(key).get("cleanup.policy")
+            policy = str(entry.value()) if entry is not None and entry.value() is not None else ""
+            if "compact" in {p.strip() for p in policy.split(",")}:
+                found.add(str(key.name()))
+        return found
+
+    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask)
+
+
 def _with_admin(
     spark: Any,
     bootstrap_servers: str,

@@ -22,7 +22,7 @@ from checker.audit import records
 from checker.audit.bounds import Bound, Earliest
 from checker.audit.errors import AuditConfigError
 from checker.audit.evidence_source import read_evidence, read_horizon
-from checker.audit.metadata import held_offsets, topic_partitions
+from checker.audit.metadata import compacted_topics, held_offsets, topic_partitions
 from checker.audit.partitioning import by_transaction
 from checker.audit.plan import TopicRead, plan_read
 from checker.audit.retained import complete_since, judged_from
@@ -70,6 +70,8 @@ class AuditInputs:
     start: Bound = field(default_factory=Earliest)
     #: Per topic that lost records to retention, from when it holds every record (Unix ms).
     complete_since_ms: dict[str, int] = field(default_factory=dict)
+    #: The real topics read whose cleaner keeps only each key's latest record.
+    compacted_real_topics: list[str] = field(default_factory=list)
 
     def release(self) -> None:
         for frame in (self.halves, self.ops, self.promoted, self.dead_letters, self.unreadable):
@@ -163,6 +165,13 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
     partitions.update(_partitions(spark, settings, wanted))
     present = [t for t in wanted if t in partitions]
     since.update(complete(present))
+    compacted = compacted_topics(
+        spark,
+        settings.bootstrap_servers,
+        settings.kafka,
+        present,
+        timeout_s=settings.metadata_timeout_s,
+    )
     promoted_raw = [
         records.promoted(read_topic(spark, settings, r), r.in_range, as_of_ms=cut)
         for r in (plan(t) for t in present)
@@ -196,6 +205,7 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         missing_real_topics=[t for t in wanted if t not in partitions],
         start=start,
         complete_since_ms=since,
+        compacted_real_topics=sorted(compacted),
     )
 
 

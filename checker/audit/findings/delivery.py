@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -56,6 +56,55 @@ def _missing_indices() -> Column:
     wanted = F.sequence(F.lit(0), F.greatest(F.col("expected") - 1, F.lit(0)))
     wanted = F.when(F.col("expected") > 0, wanted).otherwise(F.array().cast("array<int>"))
     return F.array_except(wanted, F.col("delivered_indices")).alias("missing_indices")
+
+
+def superseded(
+    messages: DataFrame, promoted: DataFrame, ledger: DataFrame, compacted: Sequence[str]
+) -> DataFrame:
+    """Per committed transaction, the indices of its messages to a compacted real topic whose
+    key has a record there promoted at or after its COMMIT: the cleaner keeps only a key's
+    latest record, so such a message may have arrived and been removed since.
+
+    ``messages`` is :func:`checker.audit.ledger.messages`; a message whose key's latest record
+    came before its COMMIT cannot have been replaced (its own would be the latest), and one
+    whose key has no record left stays missing (a tombstone removed after
+    ``delete.retention.ms`` takes the key with it: docs/audit.md).
+    """
+    latest = (
+        promoted.filter(F.col("topic").isin(*compacted) & F.col("key").isNotNull())
+        .groupBy("topic", "key")
+        .agg(F.max("ts_ms").alias("latest_ms"))
+    )
+    theirs = messages.filter(F.col("real_topic").isin(*compacted)).select(
+        "txn_id",
+        "message_index",
+        F.col("real_topic").alias("topic"),
+        F.col("real_key").alias("key"),
+    )
+    commits = ledger.filter(F.col("state") == COMMIT).select("txn_id", "decision_ms")
+    return (
+        theirs.join(commits, "txn_id")
+        .join(latest, ["topic", "key"])
+        .filter(F.col("latest_ms") >= F.col("decision_ms"))
+        .groupBy("txn_id")
+        .agg(F.array_sort(F.collect_set("message_index")).alias("superseded_indices"))
+    )
+
+
+def with_superseded(ledger: DataFrame, replaced: DataFrame) -> DataFrame:
+    """``ledger`` with the messages of :func:`superseded` counted as delivered, for
+    :func:`lost` and :func:`partial`."""
+    indices = F.array_union(
+        F.col("delivered_indices"),
+        F.coalesce(F.col("superseded_indices"), F.array().cast("array<int>")),
+    )
+    valid = F.filter(indices, lambda i: (i >= 0) & (i < F.col("expected")))
+    return (
+        ledger.join(replaced, "txn_id", "left")
+        .withColumn("delivered_indices", indices)
+        .withColumn("delivered", F.size(F.array_distinct(valid)))
+        .drop("superseded_indices")
+    )
 
 
 def lost(

@@ -18,7 +18,7 @@ from checker.audit.job import run_audit
 from checker.audit.settings import AuditSettings
 from outbox.protocol import OpState
 from outbox.testing.stream import StreamTxn, StreamWriter
-from tests.kafka_helpers import create_topic, remove_up_to_the_end, unique
+from tests.kafka_helpers import create_topic, read_to_end, remove_up_to_the_end, unique
 
 pytestmark = pytest.mark.integration
 
@@ -80,3 +80,54 @@ def test_what_retention_removed_is_neither_lost_nor_phantom(
     assert parameters["asked_from"] == "earliest"
     statistics = result.summary["statistics"]
     assert statistics["transactions"] == len(faded) + len(kept) + 1
+
+
+def test_a_record_compaction_replaced_on_a_real_topic_is_not_lost(
+    spark: Any, kafka_bootstrap: str, tmp_path
+) -> None:
+    """Entity events keyed by id on a compacted topic: once a later transaction's record of the
+    same key is promoted, the cleaner may remove the earlier one. That one is not lost; a
+    COMMIT whose record never came is, even where its key has an older record."""
+    customers = unique("customers")
+    quick_compaction = {
+        "cleanup.policy": "compact",
+        "segment.ms": "100",
+        "min.cleanable.dirty.ratio": "0.001",
+        "min.compaction.lag.ms": "0",
+    }
+    create_topic(kafka_bootstrap, customers, config=quick_compaction)
+    w = StreamWriter(kafka_bootstrap, prefix=unique("__outbox-compacted"), partitions=1)
+
+    def commit(key: bytes, *, promote: bool = True) -> StreamTxn:
+        t = w.begin([(customers, key, b"state of " + key)])
+        w.flush()
+        w.decide(t, OpState.COMMIT)
+        w.flush()
+        if promote:
+            w.promote(t)
+            w.flush()
+        time.sleep(0.2)  # past segment.ms: the next record rolls a new segment
+        return t
+
+    replaced = commit(b"customer-1")
+    commit(b"customer-1")
+    commit(b"customer-2")
+    [never_promoted] = [commit(b"customer-2", promote=False)]
+    commit(b"customer-3")  # rolls the segment above: the cleaner may clean those before it
+    w.close()
+    deadline = time.monotonic() + 90
+    while sum(m.key() == b"customer-1" for m in read_to_end(kafka_bootstrap, customers)) > 1:
+        assert time.monotonic() < deadline, "the cleaner did not compact the topic"
+        time.sleep(1)
+
+    settings = AuditSettings(
+        bootstrap_servers=kafka_bootstrap,
+        topic_prefix=w.topics.prefix,
+        as_of="now+10m",
+        out_dir=str(tmp_path),
+    )
+    result = run_audit(spark, settings)
+
+    assert result.txn_ids("lost") == {never_promoted.txn_id}
+    assert replaced.txn_id not in result.txn_ids("lost")
+    assert {n: c for n, c in result.counts.items() if c} == {"lost": 1}
