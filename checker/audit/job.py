@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +59,18 @@ class AuditResult:
 
 def compute_findings(
     inputs: AuditInputs, settings: AuditSettings, resolved: Resolved
-) -> tuple[dict[str, DataFrame], DataFrame]:
-    """Every finding as a DataFrame, and the (cached) ledger they were judged on."""
+) -> tuple[dict[str, DataFrame], DataFrame, DataFrame]:
+    """Every finding as a DataFrame, the (cached) ledger they were judged on, and the COMMITs
+    retention left unverifiable (:func:`checker.audit.findings.delivery.unverifiable`)."""
     frames = typed(inputs)
     halves, ops, promoted = frames["halves"], frames["ops"], frames["promoted"]
     delivered = ledger_mod.deliveries(promoted).persist(StorageLevel.MEMORY_AND_DISK)
     messages = ledger_mod.messages(halves)
     txns = ledger_mod.transactions(messages)
     ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
-    book = ledger_mod.ledger(txns, ledger_mod.decisions(ops), delivered)
+    book = ledger_mod.ledger(
+        txns, ledger_mod.decisions(ops), delivered, half_log_starts=inputs.half_log_starts
+    )
     book = book.persist(StorageLevel.MEMORY_AND_DISK)
     as_of, grace, window = resolved.as_of_ms, settings.grace_ms, settings.window_ms
     since = {t: ms for t, ms in inputs.complete_since_ms.items() if t in inputs.real_topics}
@@ -80,7 +83,9 @@ def compute_findings(
         "partial": delivery.partial(
             arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since
         ),
-        "phantom": delivery.phantom(promoted, book),
+        "phantom": delivery.phantom(
+            promoted, book, unknown_since_ms=inputs.complete_since_ms.get(settings.topics.op)
+        ),
         "duplicate": delivery.duplicate(delivered, book),
         "out_of_order": order.out_of_order(delivered, book),
         "stuck": decisions.stuck(book, as_of_ms=as_of, window_ms=window),
@@ -102,7 +107,10 @@ def compute_findings(
     cached = {
         n: f if f.is_cached else f.persist(StorageLevel.MEMORY_AND_DISK) for n, f in ordered.items()
     }
-    return cached, book
+    unjudged = delivery.unverifiable(
+        arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since
+    )
+    return cached, book, unjudged
 
 
 def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None) -> AuditResult:
@@ -124,7 +132,6 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
     parquet_root = settings.parquet_dir or str(out_dir / "findings")
     with ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="audit") as pool:
         inputs = load_inputs(spark, settings, resolved)
-        resolved = replace(resolved, start=inputs.start)
         sources = {
             "half_records_read": inputs.halves,
             "op_records_read": inputs.ops,
@@ -136,8 +143,9 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
             materialised.append(pool.submit(inputs.evidence.count))
         read = dict(zip(sources, [f.result() for f in materialised], strict=False))
         clock.lap("read")
-        found, book = compute_findings(inputs, settings, resolved)
+        found, book, unjudged = compute_findings(inputs, settings, resolved)
         book.count()
+        unverifiable = pool.submit(unjudged.count)
         clock.lap("ledger")
         stats = pool.submit(
             statistics_of,
@@ -162,7 +170,11 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
     summary = finish_summary(
         {
             "parameters": _parameters(settings, resolved, inputs),
-            "statistics": {**read, **figures.counts},
+            "statistics": {
+                **read,
+                **figures.counts,
+                "commits_unverifiable": unverifiable.result(),
+            },
             "latency_ms": figures.latencies,
             "report": str(out_dir / "report.html"),
             "timings_s": clock.laps,
@@ -192,7 +204,6 @@ def _parameters(settings: AuditSettings, resolved: Resolved, inputs: AuditInputs
         "bootstrap_servers": settings.bootstrap_servers,
         "topic_prefix": settings.topic_prefix,
         "from": describe(resolved.start),
-        "asked_from": settings.start,
         "complete_since_ms": dict(sorted(inputs.complete_since_ms.items())),
         "compacted_real_topics": inputs.compacted_real_topics,
         "to": describe(resolved.end),

@@ -12,6 +12,8 @@ All pure functions on DataFrames; :mod:`checker.audit.records` makes their input
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -162,13 +164,21 @@ def deliveries(promoted: DataFrame) -> DataFrame:
     )
 
 
-def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFrame:
+def ledger(
+    txns: DataFrame,
+    decided: DataFrame,
+    delivered: DataFrame,
+    *,
+    half_log_starts: Mapping[int, int] | None = None,
+) -> DataFrame:
     """One row per transaction known from the half or op topic.
 
     ``in_scope``: its first half record is in range; for a transaction with no half record in
-    what was read, its first op is; but a resumed transaction is in scope where its latest
-    RESUMED op is in range, and nowhere else: what follows a resume is judged once, by the
-    window it happens in, wherever its first records were.
+    what was read, its first op is, unless the half offsets the op names lie below their
+    partition's ``half_log_starts`` (retention removed them: it began before anything the
+    topics hold, and its real records are likely gone too); but a resumed transaction is in
+    scope where its latest RESUMED op is in range, and nowhere else: what follows a resume is
+    judged once, by the window it happens in, wherever its first records were.
     ``expected`` is the COMMIT op's message count, or the count its halves announce or show
     where that is more (a COMMIT naming part of a transaction, which
     the relay refuses, leaves the rest undelivered; a transaction commits only once every send
@@ -199,6 +209,13 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
     )
     indices = F.coalesce(F.col("delivered_indices"), F.array().cast("array<int>"))
     valid = F.filter(indices, lambda i: (i >= 0) & (i < F.col("expected")))
+    removed: Column = F.lit(False)
+    if half_log_starts:
+        starts = F.create_map(
+            *[F.lit(x) for p, o in sorted(half_log_starts.items()) for x in (int(p), int(o))]
+        )
+        start = F.try_element_at(starts, F.col("op_partition"))
+        removed = F.coalesce(F.array_min(F.col("op_half_offsets")) < start, F.lit(False))
     return (
         df.withColumns(
             {
@@ -208,7 +225,7 @@ def ledger(txns: DataFrame, decided: DataFrame, delivered: DataFrame) -> DataFra
                 "in_scope": F.coalesce(
                     F.col("resumed_in_range"),
                     F.when(F.col("first_half_ms").isNotNull(), F.col("half_in_range")),
-                    F.col("op_in_range"),
+                    F.when(~removed, F.col("op_in_range")),
                     F.lit(False),
                 ),
                 "producer_group": F.coalesce(F.col("producer_group"), F.col("op_group")),

@@ -81,25 +81,26 @@ def held_offsets(
     return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask)
 
 
-def compacted_topics(
+def topic_configs(
     spark: Any,
     bootstrap_servers: str,
     kafka: Mapping[str, Any],
     topics: Iterable[str],
+    names: Iterable[str],
     *,
     timeout_s: float,
-) -> set[str]:
-    """Those of ``topics`` whose ``cleanup.policy`` includes ``compact``: the cleaner removes a
-    key's earlier records from them.
+) -> dict[str, dict[str, str]]:
+    """The settings ``names`` (``cleanup.policy``, ``retention.ms``, ...) of each of ``topics``,
+    as the brokers apply them (a topic's own value, else the broker's default).
 
     Raises:
         AuditSourceError: Kafka did not answer within ``timeout_s``.
     """
-    wanted = sorted(set(topics))
+    wanted, keys = sorted(set(topics)), sorted(set(names))
     if not wanted:
-        return set()
+        return {}
 
-    def ask(admin: Any, wait: Callable[[Any], Any]) -> set[str]:
+    def ask(admin: Any, wait: Callable[[Any], Any]) -> dict[str, dict[str, str]]:
         jvm = spark.sparkContext._jvm
         resource = jvm.org.apache.kafka.common.config.ConfigResource
         kind = getattr(jvm.org.apache.kafka.common.config, "ConfigResource$Type").TOPIC
@@ -107,15 +108,24 @@ def compacted_topics(
         for topic in wanted:
             asked.add(resource(kind, topic))
         answer = wait(admin.describeConfigs(asked).all())
-        found = set()
+        found: dict[str, dict[str, str]] = {}
         for key in answer.keySet():
-            entry = answer.get(key).get("cleanup.policy")
-            policy = str(entry.value()) if entry is not None and entry.value() is not None else ""
-            if "compact" in {p.strip() for p in policy.split(",")}:
-                found.add(str(key.name()))
+            config = answer.get(key)
+            values = found.setdefault(str(key.name()), {})
+            for name in keys:
+                entry = config.get(name)
+                if entry is not None and entry.value() is not None:
+                    values[name] = str(entry.value())
         return found
 
     return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask)
+
+
+def is_compacted(config: Mapping[str, str]) -> bool:
+    """Whether a topic's ``cleanup.policy`` includes ``compact`` (the cleaner keeps only each
+    key's latest record)."""
+    policy = config.get("cleanup.policy", "")
+    return "compact" in {p.strip() for p in policy.split(",")}
 
 
 def _with_admin(

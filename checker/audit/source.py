@@ -19,13 +19,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.audit import records
-from checker.audit.bounds import Bound, Earliest
 from checker.audit.errors import AuditConfigError
 from checker.audit.evidence_source import read_evidence, read_horizon
-from checker.audit.metadata import compacted_topics, held_offsets, topic_partitions
+from checker.audit.metadata import held_offsets, is_compacted, topic_configs, topic_partitions
 from checker.audit.partitioning import by_transaction
 from checker.audit.plan import TopicRead, plan_read
-from checker.audit.retained import complete_since, judged_from
+from checker.audit.retained import complete_since
 from checker.audit.settings import AuditSettings, Resolved
 
 #: The columns Spark's Kafka source gives with ``includeHeaders=true``.
@@ -65,10 +64,11 @@ class AuditInputs:
     partitions: dict[str, int] = field(default_factory=dict)
     real_topics: list[str] = field(default_factory=list)
     missing_real_topics: list[str] = field(default_factory=list)
-    #: Where the range starts: the one asked for, or later where the half and op topics have
-    #: lost records to retention (:mod:`checker.audit.retained`).
-    start: Bound = field(default_factory=Earliest)
-    #: Per topic that lost records to retention, from when it holds every record (Unix ms).
+    #: Per half-topic partition, its log start offset after the half records were read:
+    #: half records below it were removed (retention), not lost (:mod:`checker.audit.retained`).
+    half_log_starts: dict[int, int] = field(default_factory=dict)
+    #: Per op or real topic that lost records to retention, from when it holds every record
+    #: (Unix ms).
     complete_since_ms: dict[str, int] = field(default_factory=dict)
     #: The real topics read whose cleaner keeps only each key's latest record.
     compacted_real_topics: list[str] = field(default_factory=list)
@@ -128,24 +128,11 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
                 "check --topic-prefix and --bootstrap-servers"
             )
 
-    def complete(topics: list[str]) -> dict[str, int]:
-        held = held_offsets(
-            spark,
-            settings.bootstrap_servers,
-            settings.kafka,
-            {t: partitions[t] for t in topics},
-            timeout_s=settings.metadata_timeout_s,
-        )
-        return complete_since(lambda r: read_topic(spark, settings, r), held)
-
-    since = complete([names.half, names.op])
-    start = judged_from(resolved.start, max(since.values(), default=None))
-
     def plan(topic: str) -> TopicRead:
         return plan_read(
             topic,
             partitions[topic],
-            start,
+            resolved.start,
             resolved.end,
             lookback_ms=settings.lookback_ms,
         )
@@ -164,13 +151,28 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
     wanted = [t for t in wanted if not names.is_internal(t)]
     partitions.update(_partitions(spark, settings, wanted))
     present = [t for t in wanted if t in partitions]
-    since.update(complete(present))
-    compacted = compacted_topics(
+    # Listed once the half records are read (naming the real topics read them): a half record
+    # retention removes meanwhile is below these starts, never taken for a missing one.
+    held = held_offsets(
         spark,
         settings.bootstrap_servers,
         settings.kafka,
-        present,
+        {t: partitions[t] for t in [names.half, names.op, *present]},
         timeout_s=settings.metadata_timeout_s,
+    )
+    configs = topic_configs(
+        spark,
+        settings.bootstrap_servers,
+        settings.kafka,
+        [names.op, *present],
+        ["cleanup.policy", "retention.ms"],
+        timeout_s=settings.metadata_timeout_s,
+    )
+    since = complete_since(
+        lambda r: read_topic(spark, settings, r),
+        {t: held[t] for t in [names.op, *present] if t in held},
+        retention_ms={t: int(c.get("retention.ms", "-1")) for t, c in configs.items()},
+        as_of_ms=cut,
     )
     promoted_raw = [
         records.promoted(read_topic(spark, settings, r), r.in_range, as_of_ms=cut)
@@ -203,9 +205,9 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         partitions=partitions,
         real_topics=present,
         missing_real_topics=[t for t in wanted if t not in partitions],
-        start=start,
+        half_log_starts={p: s for p, (s, _) in held.get(names.half, {}).items()},
         complete_since_ms=since,
-        compacted_real_topics=sorted(compacted),
+        compacted_real_topics=sorted(t for t in present if is_compacted(configs.get(t, {}))),
     )
 
 

@@ -30,26 +30,42 @@ TXN_COLUMNS = [
 
 
 def _committed_past_grace(
-    ledger: DataFrame, as_of_ms: int, grace_ms: int, complete_since_ms: Mapping[str, int] | None
+    ledger: DataFrame,
+    as_of_ms: int,
+    grace_ms: int,
+    complete_since_ms: Mapping[str, int] | None,
+    *,
+    verifiable: bool = True,
 ) -> DataFrame:
-    """In-scope COMMITs decided ``grace_ms`` before the audit's clock, whose real topics were
-    all complete when they were decided: a topic that has since lost records to retention
-    (``complete_since_ms``, :mod:`checker.audit.retained`) no longer shows what reached it."""
+    """In-scope COMMITs decided ``grace_ms`` before the audit's clock whose real topics were
+    all complete when they were decided (``verifiable=False``: those whose were not). A topic
+    that has lost records to retention since (``complete_since_ms``,
+    :mod:`checker.audit.retained`) no longer shows what reached it before then."""
     judged = (
         F.col("in_scope")
         & (F.col("state") == COMMIT)
         & (F.col("decision_ms") <= F.lit(as_of_ms - grace_ms))
     )
+    emptied: Column = F.lit(False)
     if complete_since_ms:
-        since = F.create_map(
-            *[F.lit(x) for t, ms in sorted(complete_since_ms.items()) for x in (t, ms)]
-        )
+        pairs = [F.lit(x) for t, ms in sorted(complete_since_ms.items()) for x in (t, ms)]
+        since = F.create_map(*pairs)
         emptied = F.exists(
             F.coalesce(F.col("real_topics"), F.array().cast("array<string>")),
             lambda t: F.coalesce(F.try_element_at(since, t) > F.col("decision_ms"), F.lit(False)),
         )
-        judged = judged & ~emptied
-    return ledger.filter(judged)
+    return ledger.filter(judged & (~emptied if verifiable else emptied))
+
+
+def unverifiable(
+    ledger: DataFrame, *, as_of_ms: int, grace_ms: int, complete_since_ms: Mapping[str, int]
+) -> DataFrame:
+    """COMMITs with messages missing that :func:`lost` and :func:`partial` do not judge: a
+    real topic of theirs has lost records decided before, so whether theirs arrived cannot
+    be told. Counted in the summary, not a violation."""
+    return _committed_past_grace(
+        ledger, as_of_ms, grace_ms, complete_since_ms, verifiable=False
+    ).filter(F.col("delivered") < F.col("expected"))
 
 
 def _missing_indices() -> Column:
@@ -138,11 +154,15 @@ def partial(
     return found.select(*TXN_COLUMNS, _missing_indices())
 
 
-def phantom(promoted: DataFrame, ledger: DataFrame) -> DataFrame:
+def phantom(
+    promoted: DataFrame, ledger: DataFrame, *, unknown_since_ms: int | None = None
+) -> DataFrame:
     """Records on real topics without a COMMIT behind them, one row per record.
 
     Records of transactions the half and op topics show began before the range are not judged;
-    a record whose transaction neither topic shows is judged when it is itself in range.
+    a record whose transaction neither topic shows is judged when it is itself in range and,
+    where the op topic has lost records to retention, stamped at or after ``unknown_since_ms``
+    (when it holds every op again: an earlier record's op may have been removed).
     """
     known = ledger.select(
         "txn_id",
@@ -163,7 +183,10 @@ def phantom(promoted: DataFrame, ledger: DataFrame) -> DataFrame:
         .when(F.col("state") != COMMIT, F.concat(F.lit("decided "), F.col("state")))
         .when(beyond, F.lit("message index past the committed message count"))
     )
-    judged = (unknown & F.col("in_range")) | F.coalesce(F.col("in_scope"), F.lit(False))
+    shown = F.col("in_range")
+    if unknown_since_ms is not None:
+        shown = shown & (F.col("ts_ms") >= F.lit(unknown_since_ms))
+    judged = (unknown & shown) | F.coalesce(F.col("in_scope"), F.lit(False))
     return (
         records.withColumn("reason", reason)
         .filter(judged & F.col("reason").isNotNull())

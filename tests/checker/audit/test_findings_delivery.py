@@ -214,3 +214,17 @@ def test_lost_and_partial_judge_only_what_a_real_topic_held_in_full_when_decided
     # without the bound, what retention took looks lost
     assert before.txn_id in ids(lost(book, as_of_ms=AS_OF, grace_ms=GRACE))
     assert half_before.txn_id in ids(partial(book, as_of_ms=AS_OF, grace_ms=GRACE))
+
+
+def test_a_record_no_topic_explains_is_a_phantom_once_the_op_topic_holds_every_op(spark) -> None:
+    """Where the op topic lost records to retention up to 3_000, a promoted record stamped
+    before then may have had its half and op records removed: not judged; after, a phantom."""
+    sc = Scenario()
+    earlier, later = sc.txn(), sc.txn()
+    for t, at in ((earlier, 2_000), (later, 3_000)):
+        sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
+        sc.promote(t, at=at)
+    book, frames = sc.ledger(spark)
+
+    assert ids(phantom(frames["promoted"], book, unknown_since_ms=3_000)) == {later.txn_id}
+    assert ids(phantom(frames["promoted"], book)) == {earlier.txn_id, later.txn_id}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from checker.audit import ledger as L
 from tests.checker.audit.scenario import Scenario
 
 pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
@@ -89,3 +90,31 @@ def test_a_transaction_is_answered_by_evidence_only_when_all_its_half_records_sa
     assert row(book, listener.txn_id).check_by == "listener"
     assert row(book, mixed.txn_id).check_by == "listener"
     assert row(book, halves_gone.txn_id).check_by is None  # not known: no half record read
+
+
+def test_a_transaction_whose_half_records_retention_removed_is_out_of_scope(spark) -> None:
+    """Known from its op alone, it is judged only while the half offsets its op names are still
+    on the half topic: below the partition's log start, retention took them (and likely its
+    real records): it began before anything the topics hold."""
+    sc = Scenario()
+    removed = sc.txn(partition=0)
+    missing = sc.txn(partition=1)
+    for t in (removed, missing):
+        sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
+        sc.op(t, "COMMIT", at=2_000)
+    resumed = sc.txn(partition=0)
+    sc.op(resumed, "GIVEN_UP", at=2_000, by="checker")
+    sc.put_back(resumed, 0, at=3_000)
+    sc.op(resumed, "RESUMED", at=3_000, by="checker")
+    sc.halves = [h for h in sc.halves if not (h[0] == resumed.txn_id and h[7] is None)]
+    frames = sc.frames(spark)
+    txns = L.transactions(L.messages(frames["halves"]))
+    decided, delivered = L.decisions(frames["ops"]), L.deliveries(frames["promoted"])
+    starts = {0: max(resumed.offsets) + 1, 1: min(missing.offsets)}  # the copy is above
+
+    book = L.ledger(txns, decided, delivered, half_log_starts=starts)
+    assert not row(book, removed.txn_id).in_scope
+    assert row(book, missing.txn_id).in_scope  # its offsets are still held: not retention
+    assert row(book, resumed.txn_id).in_scope  # judged where it was resumed
+    before = L.ledger(txns, decided, delivered)
+    assert row(before, removed.txn_id).in_scope

@@ -1,4 +1,4 @@
-"""Where each topic holds every record, and where the range starts because of it."""
+"""Where each topic holds every record again after retention removed some of it."""
 
 from __future__ import annotations
 
@@ -8,22 +8,15 @@ from typing import Any
 
 import pytest
 
-from checker.audit.bounds import AtOffsets, AtTime, Earliest
 from checker.audit.plan import TopicRead
-from checker.audit.retained import HEAD_RECORDS, complete_since, judged_from
+from checker.audit.retained import HEAD_RECORDS, complete_since
+
+pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
 
 
-def test_the_range_starts_where_the_half_and_op_topics_are_complete() -> None:
-    assert judged_from(Earliest(), None) == Earliest()
-    assert judged_from(Earliest(), 5_000) == AtTime(5_000)
-    assert judged_from(AtTime(4_000), 5_000) == AtTime(5_000)
-    assert judged_from(AtTime(6_000), 5_000) == AtTime(6_000)
-    named = AtOffsets({"h": {0: 3}})
-    assert judged_from(named, 5_000) is named  # offsets the operator named are kept
-
-
-@pytest.mark.integration  # starts Spark (a JVM), no Kafka
-def test_only_the_heads_of_partitions_that_lost_records_are_read(spark: Any) -> None:
+def test_partitions_that_lost_records_are_complete_from_their_first_record_left(
+    spark: Any,
+) -> None:
     asked: list[TopicRead] = []
 
     def read(what: TopicRead) -> Any:
@@ -33,14 +26,29 @@ def test_only_the_heads_of_partitions_that_lost_records_are_read(spark: Any) -> 
         return spark.createDataFrame(rows, "topic string, partition int, timestamp timestamp")
 
     held = {
-        # never lost a record / lost some / lost every one / lost some
-        "h": {0: (0, 10), 1: (5, 100), 2: (7, 7), 3: (9, 12)},
-        "o": {0: (0, 3)},  # never lost a record: not read
+        # never lost a record / lost some / lost some, shows none at its head / lost some
+        "h": {0: (0, 10), 1: (5, 100), 2: (7, 9), 3: (9, 12)},
+        "o": {0: (0, 3)},  # never lost a record: not read, no bound
     }
-    assert complete_since(read, held) == {"h": 2_000}  # the later of partitions 1 and 3
+    as_of, kept = 1_000_000, 900_000
+    found = complete_since(read, held, retention_ms={"h": kept}, as_of_ms=as_of)
+    # partition 2 shows nothing: complete from as_of - retention.ms, the latest of the three
+    assert found == {"h": as_of - kept}
     [what] = asked
     assert what.topic == "h"
     assert json.loads(what.options["startingOffsets"]) == {"h": {"0": 10, "1": 5, "2": 7, "3": 9}}
-    ends = {"0": 10, "1": 5 + HEAD_RECORDS, "2": 7, "3": 12}
+    ends = {"0": 10, "1": 5 + HEAD_RECORDS, "2": 9, "3": 12}
     assert json.loads(what.options["endingOffsets"]) == {"h": ends}
-    assert complete_since(read, {"o": {0: (0, 3)}}) == {}
+
+    # with a longer retention, the first records left decide: the later of partitions 1 and 3
+    assert complete_since(read, held, retention_ms={"h": as_of}, as_of_ms=as_of) == {"h": 2_000}
+    # unlimited retention and a partition that shows nothing: nothing before the audit's clock
+    assert complete_since(read, held, retention_ms={}, as_of_ms=as_of) == {"h": as_of}
+    # every record gone: nothing is read
+    asked.clear()
+    emptied = {"h": {0: (4, 4)}}
+    assert complete_since(read, emptied, retention_ms={"h": kept}, as_of_ms=as_of) == {
+        "h": as_of - kept
+    }
+    assert asked == []
+    assert complete_since(read, {"o": {0: (0, 3)}}, retention_ms={}, as_of_ms=as_of) == {}
