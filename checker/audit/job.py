@@ -14,11 +14,13 @@ from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from checker.audit import ledger as ledger_mod
 from checker.audit.bounds import describe
 from checker.audit.findings import FINDINGS, decisions, delivery, evidence, order
 from checker.audit.output import finish_summary, write_finding, write_report
+from checker.audit.retained import Retained, retained
 from checker.audit.settings import AuditSettings, Resolved
 from checker.audit.source import AuditInputs, load_inputs, typed
 from checker.audit.stats import statistics as statistics_of
@@ -58,34 +60,45 @@ class AuditResult:
 
 
 def compute_findings(
-    inputs: AuditInputs, settings: AuditSettings, resolved: Resolved
-) -> tuple[dict[str, DataFrame], DataFrame, DataFrame]:
-    """Every finding as a DataFrame, the (cached) ledger they were judged on, and the COMMITs
-    retention left unverifiable (:func:`checker.audit.findings.delivery.unverifiable`)."""
+    inputs: AuditInputs,
+    settings: AuditSettings,
+    resolved: Resolved,
+    held: Retained | None = None,
+) -> tuple[dict[str, DataFrame], DataFrame, dict[str, DataFrame]]:
+    """Every finding as a DataFrame, the (cached) ledger they were judged on, and what was not
+    judged because the topics no longer hold it (:mod:`checker.audit.retained`), by the name
+    of the summary's statistic that counts it."""
+    held = held or Retained()
     frames = typed(inputs)
     halves, ops, promoted = frames["halves"], frames["ops"], frames["promoted"]
     delivered = ledger_mod.deliveries(promoted).persist(StorageLevel.MEMORY_AND_DISK)
     messages = ledger_mod.messages(halves)
     txns = ledger_mod.transactions(messages)
     ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
+    refused = inputs.dead_letters.filter(
+        (F.col("source_topic") == F.lit(settings.topics.op)) & F.col("message_index").isNull()
+    )
     book = ledger_mod.ledger(
-        txns, ledger_mod.decisions(ops), delivered, half_log_starts=inputs.half_log_starts
+        txns,
+        ledger_mod.decisions(ops),
+        delivered,
+        half_log_starts=held.half_log_starts,
+        refused=refused,
     )
     book = book.persist(StorageLevel.MEMORY_AND_DISK)
     as_of, grace, window = resolved.as_of_ms, settings.grace_ms, settings.window_ms
-    since = {t: ms for t, ms in inputs.complete_since_ms.items() if t in inputs.real_topics}
+    since = {t: ms for t, ms in held.complete_since_ms.items() if t in inputs.real_topics}
+    unknown_since = held.complete_since_ms.get(settings.topics.op)
     arrived = book
-    if inputs.compacted_real_topics:
-        replaced = delivery.superseded(messages, promoted, book, inputs.compacted_real_topics)
+    if held.compactable_before_ms:
+        replaced = delivery.superseded(messages, promoted, book, held.compactable_before_ms)
         arrived = delivery.with_superseded(book, replaced)
     found: dict[str, DataFrame] = {
         "lost": delivery.lost(arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since),
         "partial": delivery.partial(
             arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since
         ),
-        "phantom": delivery.phantom(
-            promoted, book, unknown_since_ms=inputs.complete_since_ms.get(settings.topics.op)
-        ),
+        "phantom": delivery.phantom(promoted, book, unknown_since_ms=unknown_since),
         "duplicate": delivery.duplicate(delivered, book),
         "out_of_order": order.out_of_order(delivered, book),
         "stuck": decisions.stuck(book, as_of_ms=as_of, window_ms=window),
@@ -107,9 +120,14 @@ def compute_findings(
     cached = {
         n: f if f.is_cached else f.persist(StorageLevel.MEMORY_AND_DISK) for n, f in ordered.items()
     }
-    unjudged = delivery.unverifiable(
-        arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since
-    )
+    unjudged = {
+        "commits_unverifiable": delivery.unverifiable(
+            arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since
+        ),
+        "records_unverifiable": delivery.unjudged_records(
+            promoted, book, unknown_since_ms=unknown_since
+        ),
+    }
     return cached, book, unjudged
 
 
@@ -142,10 +160,11 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
         if inputs.evidence is not None:
             materialised.append(pool.submit(inputs.evidence.count))
         read = dict(zip(sources, [f.result() for f in materialised], strict=False))
+        held = retained(spark, settings, inputs, now_ms=int(time.time() * 1000))
         clock.lap("read")
-        found, book, unjudged = compute_findings(inputs, settings, resolved)
+        found, book, unjudged = compute_findings(inputs, settings, resolved, held)
         book.count()
-        unverifiable = pool.submit(unjudged.count)
+        unverifiable = {name: pool.submit(frame.count) for name, frame in unjudged.items()}
         clock.lap("ledger")
         stats = pool.submit(
             statistics_of,
@@ -169,11 +188,11 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
         clock.lap("findings and statistics")
     summary = finish_summary(
         {
-            "parameters": _parameters(settings, resolved, inputs),
+            "parameters": _parameters(settings, resolved, inputs, held),
             "statistics": {
                 **read,
                 **figures.counts,
-                "commits_unverifiable": unverifiable.result(),
+                **{name: future.result() for name, future in unverifiable.items()},
             },
             "latency_ms": figures.latencies,
             "report": str(out_dir / "report.html"),
@@ -199,13 +218,16 @@ class _Phases:
         self._last = now
 
 
-def _parameters(settings: AuditSettings, resolved: Resolved, inputs: AuditInputs) -> dict[str, Any]:
+def _parameters(
+    settings: AuditSettings, resolved: Resolved, inputs: AuditInputs, held: Retained
+) -> dict[str, Any]:
     return {
         "bootstrap_servers": settings.bootstrap_servers,
         "topic_prefix": settings.topic_prefix,
         "from": describe(resolved.start),
-        "complete_since_ms": dict(sorted(inputs.complete_since_ms.items())),
-        "compacted_real_topics": inputs.compacted_real_topics,
+        "complete_since_ms": dict(sorted(held.complete_since_ms.items())),
+        "compacted_real_topics": sorted(held.compactable_before_ms),
+        "topic_settings_unknown": held.configs_unknown,
         "to": describe(resolved.end),
         "as_of_ms": resolved.as_of_ms,
         "grace_ms": settings.grace_ms,

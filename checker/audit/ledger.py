@@ -170,15 +170,18 @@ def ledger(
     delivered: DataFrame,
     *,
     half_log_starts: Mapping[int, int] | None = None,
+    refused: DataFrame | None = None,
 ) -> DataFrame:
     """One row per transaction known from the half or op topic.
 
     ``in_scope``: its first half record is in range; for a transaction with no half record in
     what was read, its first op is, unless the half offsets the op names lie below their
-    partition's ``half_log_starts`` (retention removed them: it began before anything the
-    topics hold, and its real records are likely gone too); but a resumed transaction is in
-    scope where its latest RESUMED op is in range, and nowhere else: what follows a resume is
-    judged once, by the window it happens in, wherever its first records were.
+    partition's ``half_log_starts`` (``halves_removed``: retention removed them before the
+    audit, and likely its real records too; only partitions read from their log start are
+    given) and the relay did not refuse its op (``refused``: txn ids it dead-lettered an op of,
+    which stay judged, ``op_refused``: a COMMIT never delivered); but a resumed transaction is
+    in scope where its latest RESUMED op is in range, and nowhere else: what follows a resume
+    is judged once, by the window it happens in, wherever its first records were.
     ``expected`` is the COMMIT op's message count, or the count its halves announce or show
     where that is more (a COMMIT naming part of a transaction, which
     the relay refuses, leaves the rest undelivered; a transaction commits only once every send
@@ -200,6 +203,11 @@ def ledger(
     # shuffle the ledger (partitioning.py).
     known = by_transaction(txns.join(decided, "txn_id", "full_outer"))
     df = known.join(per_txn, "txn_id", "left")
+    if refused is not None:
+        marked = refused.select("txn_id").distinct().withColumn("op_refused", F.lit(True))
+        df = df.join(F.broadcast(marked), "txn_id", "left")
+    else:
+        df = df.withColumn("op_refused", F.lit(None).cast("boolean"))
     expected = F.when(
         F.col("state") == OpState.COMMIT.value,
         # greatest skips nulls
@@ -215,7 +223,10 @@ def ledger(
             *[F.lit(x) for p, o in sorted(half_log_starts.items()) for x in (int(p), int(o))]
         )
         start = F.try_element_at(starts, F.col("op_partition"))
-        removed = F.coalesce(F.array_min(F.col("op_half_offsets")) < start, F.lit(False))
+        below = F.array_min(F.col("op_half_offsets")) < start
+        removed = F.coalesce(
+            F.col("first_half_ms").isNull() & below & F.col("op_refused").isNull(), F.lit(False)
+        )
     return (
         df.withColumns(
             {
@@ -232,6 +243,8 @@ def ledger(
                 "half_partition": F.coalesce(F.col("half_partition"), F.col("op_partition")),
                 "half_offsets": F.coalesce(F.col("half_offsets"), F.col("op_half_offsets")),
                 "expected": expected,
+                "halves_removed": removed,
+                "op_refused": F.coalesce(F.col("op_refused"), F.lit(False)),
                 "promoted_records": F.coalesce(F.col("promoted_records"), F.lit(0)),
                 "delivered_indices": indices,
             }

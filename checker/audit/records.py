@@ -254,7 +254,12 @@ def ops(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
         (~F.coalesce(F.col("state").isin(states), F.lit(False)), "unknown state"),
         (~F.coalesce(F.col("decided_by").isin(deciders), F.lit(False)), "bad decided_by"),
         (F.col("producer_group").isNull(), "no producer_group"),
-        (F.col("half_partition").isNull() | F.col("half_offsets").isNull(), "bad half field"),
+        (
+            F.col("half_partition").isNull()
+            | F.col("half_offsets").isNull()
+            | F.exists(F.col("half_offsets"), lambda o: o.isNull() | (o < 0)),
+            "bad half field",
+        ),
         (F.col("decided_at_ms").isNull(), "no decided_at_ms"),
     )
     return df.withColumn("problem", problem).drop("v", "key_text")
@@ -284,14 +289,18 @@ def promoted(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
 
 
 def dead_letters(raw: DataFrame, *, as_of_ms: int) -> DataFrame:
-    """Dead letters that name a transaction: the given-up messages, with the reason."""
+    """Dead letters that name a transaction: the given-up messages, with the reason, and the
+    ops the relay refused (their half records were gone: ``message_index`` null, the txn id
+    from the op document, ``source_topic`` the op topic)."""
     located = with_header_map(raw.withColumn("ts_ms", F.unix_millis(F.col("timestamp"))))
+    op_txn = F.from_json(F.col("value").cast("string"), "txn_id string").getField("txn_id")
     return (
         with_half_fields(located.filter(F.col("ts_ms") <= F.lit(as_of_ms)))
         .select(
-            half_text("txn_id", Header.TXN_ID).alias("txn_id"),
+            F.coalesce(half_text("txn_id", Header.TXN_ID), op_txn).alias("txn_id"),
             half_int("message_index", Header.MESSAGE_INDEX, "int").alias("message_index"),
             header_text(DeadLetterHeader.REASON).alias("reason"),
+            header_text(DeadLetterHeader.SOURCE_TOPIC).alias("source_topic"),
             "partition",
             "offset",
             "ts_ms",

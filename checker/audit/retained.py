@@ -19,18 +19,31 @@ record whose half and op records are gone for a ``phantom``. So:
 A partition that lost records is complete from its first record left, read at its head (its
 broker times rise with its offsets; a real topic's CreateTime comes from the relays' clocks).
 One that shows no record there (every record gone, or only aborted ones and markers at its
-head) is complete from ``as_of - retention.ms``: time retention removes only records older.
+head) is complete from now minus ``retention.ms``: time retention removes only records older.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from checker.audit.errors import AuditSourceError
+from checker.audit.metadata import held_offsets, is_compacted, topic_configs
 from checker.audit.plan import TopicRead
+from checker.audit.settings import AuditSettings
+from checker.audit.source import AuditInputs, read_topic
+
+log = logging.getLogger(__name__)
+
+#: The topic settings the audit reads: how long records stay, and whether and when the
+#: cleaner may replace a key's records.
+CONFIGS = ("cleanup.policy", "retention.ms", "min.compaction.lag.ms")
 
 #: Records read from the head of each partition that lost some: the first ones may be aborted
 #: records or transaction markers, which a read_committed read skips.
@@ -41,18 +54,102 @@ HEAD_RECORDS = 64
 Held = Mapping[str, Mapping[int, tuple[int, int]]]
 
 
+@dataclass(frozen=True)
+class Retained:
+    """What the topics still hold, learnt once their records are read."""
+
+    #: Per half-topic partition read from its log start, that log start: an op naming half
+    #: offsets below it names records retention removed.
+    half_log_starts: dict[int, int] = field(default_factory=dict)
+    #: Per op or real topic that lost records, from when it holds every record (Unix ms).
+    complete_since_ms: dict[str, int] = field(default_factory=dict)
+    #: Per compacted real topic, before when (Unix ms) the cleaner may have replaced a record.
+    compactable_before_ms: dict[str, int] = field(default_factory=dict)
+    #: Why the topics' settings are unknown (no DescribeConfigs permission?), else None.
+    configs_unknown: str | None = None
+
+
+def retained(spark: Any, settings: AuditSettings, inputs: AuditInputs, *, now_ms: int) -> Retained:
+    """Ask Kafka what the topics still hold. Call it once ``inputs`` are read (cached): a record
+    retention removes meanwhile is then below the starts listed, never taken for a missing one.
+
+    Raises:
+        AuditSourceError: Kafka did not answer.
+    """
+    names = settings.topics
+    real = list(inputs.real_topics)
+    held = held_offsets(
+        spark,
+        settings.bootstrap_servers,
+        settings.kafka,
+        {t: inputs.partitions[t] for t in [names.half, names.op, *real]},
+        timeout_s=settings.metadata_timeout_s,
+    )
+    unknown: str | None = None
+    try:
+        configs = topic_configs(
+            spark,
+            settings.bootstrap_servers,
+            settings.kafka,
+            [names.op, *real],
+            CONFIGS,
+            timeout_s=settings.metadata_timeout_s,
+        )
+    except AuditSourceError as err:
+        # without them: no topic taken for compacted, retention taken as unlimited (the
+        # bounds then rest on the first records left alone)
+        unknown = str(err)
+        log.warning("the topics' settings could not be read (%s): taken as unknown", err)
+        configs = {}
+    since = complete_since(
+        lambda r: read_topic(spark, settings, r),
+        {t: held[t] for t in [names.op, *real] if t in held},
+        retention_ms={t: int(c.get("retention.ms", "-1")) for t, c in configs.items()},
+        now_ms=now_ms,
+    )
+    first_read = {
+        int(r["partition"]): int(r["first"])
+        for r in inputs.halves.groupBy("partition").agg(F.min("offset").alias("first")).collect()
+    }
+    return Retained(
+        half_log_starts=read_from_start(held.get(names.half, {}), first_read),
+        complete_since_ms=since,
+        compactable_before_ms={
+            t: now_ms - int(configs[t].get("min.compaction.lag.ms", "0"))
+            for t in real
+            if is_compacted(configs.get(t, {}))
+        },
+        configs_unknown=unknown,
+    )
+
+
+def read_from_start(
+    held: Mapping[int, tuple[int, int]], first_read: Mapping[int, int]
+) -> dict[int, int]:
+    """The log starts of the half partitions the audit read from their start: where it read
+    from later (a time ``--from``), a transaction's put-back copy may lie before what was read
+    and its op name original offsets retention removed - it is still judged by its op."""
+    return {
+        p: start
+        for p, (start, end) in held.items()
+        if (p in first_read and first_read[p] <= start) or (p not in first_read and start == end)
+    }
+
+
 def complete_since(
     read: Callable[[TopicRead], DataFrame],
     held: Held,
     *,
     retention_ms: Mapping[str, int],
-    as_of_ms: int,
+    now_ms: int,
 ) -> dict[str, int]:
     """Per topic that lost records from the head of a partition, the latest time (Unix ms)
     from which such a partition holds every record. Topics that lost nothing are left out.
 
     ``read`` reads one topic as :func:`checker.audit.source.read_topic` does (read_committed);
-    ``retention_ms`` is each topic's ``retention.ms`` (absent or negative: unlimited).
+    ``retention_ms`` is each topic's ``retention.ms`` (absent or negative: unlimited);
+    ``now_ms`` the wall clock (not the audit's ``--as-of``: retention removes by the brokers'
+    clocks, now).
     """
     trimmed = {t: {p: se for p, se in ps.items() if se[0] > 0} for t, ps in held.items()}
     trimmed = {t: ps for t, ps in trimmed.items() if ps}
@@ -60,7 +157,7 @@ def complete_since(
     since: dict[str, int] = {}
     for topic, partitions in trimmed.items():
         kept = retention_ms.get(topic, -1)
-        unseen = as_of_ms - kept if kept >= 0 else as_of_ms
+        unseen = now_ms - kept if kept >= 0 else now_ms
         since[topic] = max(firsts.get((topic, p), unseen) for p in partitions)
     return since
 

@@ -21,10 +21,9 @@ from pyspark.sql import types as T
 from checker.audit import records
 from checker.audit.errors import AuditConfigError
 from checker.audit.evidence_source import read_evidence, read_horizon
-from checker.audit.metadata import held_offsets, is_compacted, topic_configs, topic_partitions
+from checker.audit.metadata import topic_partitions
 from checker.audit.partitioning import by_transaction
 from checker.audit.plan import TopicRead, plan_read
-from checker.audit.retained import complete_since
 from checker.audit.settings import AuditSettings, Resolved
 
 #: The columns Spark's Kafka source gives with ``includeHeaders=true``.
@@ -64,14 +63,6 @@ class AuditInputs:
     partitions: dict[str, int] = field(default_factory=dict)
     real_topics: list[str] = field(default_factory=list)
     missing_real_topics: list[str] = field(default_factory=list)
-    #: Per half-topic partition, its log start offset after the half records were read:
-    #: half records below it were removed (retention), not lost (:mod:`checker.audit.retained`).
-    half_log_starts: dict[int, int] = field(default_factory=dict)
-    #: Per op or real topic that lost records to retention, from when it holds every record
-    #: (Unix ms).
-    complete_since_ms: dict[str, int] = field(default_factory=dict)
-    #: The real topics read whose cleaner keeps only each key's latest record.
-    compacted_real_topics: list[str] = field(default_factory=list)
 
     def release(self) -> None:
         for frame in (self.halves, self.ops, self.promoted, self.dead_letters, self.unreadable):
@@ -151,29 +142,6 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
     wanted = [t for t in wanted if not names.is_internal(t)]
     partitions.update(_partitions(spark, settings, wanted))
     present = [t for t in wanted if t in partitions]
-    # Listed once the half records are read (naming the real topics read them): a half record
-    # retention removes meanwhile is below these starts, never taken for a missing one.
-    held = held_offsets(
-        spark,
-        settings.bootstrap_servers,
-        settings.kafka,
-        {t: partitions[t] for t in [names.half, names.op, *present]},
-        timeout_s=settings.metadata_timeout_s,
-    )
-    configs = topic_configs(
-        spark,
-        settings.bootstrap_servers,
-        settings.kafka,
-        [names.op, *present],
-        ["cleanup.policy", "retention.ms"],
-        timeout_s=settings.metadata_timeout_s,
-    )
-    since = complete_since(
-        lambda r: read_topic(spark, settings, r),
-        {t: held[t] for t in [names.op, *present] if t in held},
-        retention_ms={t: int(c.get("retention.ms", "-1")) for t, c in configs.items()},
-        as_of_ms=cut,
-    )
     promoted_raw = [
         records.promoted(read_topic(spark, settings, r), r.in_range, as_of_ms=cut)
         for r in (plan(t) for t in present)
@@ -205,9 +173,6 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         partitions=partitions,
         real_topics=present,
         missing_real_topics=[t for t in wanted if t not in partitions],
-        half_log_starts={p: s for p, (s, _) in held.get(names.half, {}).items()},
-        complete_since_ms=since,
-        compacted_real_topics=sorted(t for t in present if is_compacted(configs.get(t, {}))),
     )
 
 

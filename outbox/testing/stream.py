@@ -143,6 +143,17 @@ class StreamWriter:
         offsets: tuple[int, ...] | None = None,
     ) -> None:
         """Write an op record for ``txn`` (its halves must have been flushed)."""
+        key, value = self._op(txn, state, decided_by, reason, offsets)
+        self._produce(self.topics.op, key, value, None, txn.partition)
+
+    def _op(
+        self,
+        txn: StreamTxn,
+        state: OpState,
+        decided_by: DecidedBy,
+        reason: str | None,
+        offsets: tuple[int, ...] | None,
+    ) -> tuple[bytes, bytes]:
         op = OpRecord(
             txn_id=txn.txn_id,
             state=state,
@@ -153,8 +164,7 @@ class StreamWriter:
             decided_at_ms=int(time.time() * 1000),
             reason=reason,
         )
-        key, value = encode_op(op)
-        self._produce(self.topics.op, key, value, None, txn.partition)
+        return encode_op(op)
 
     # -- what the relay and the checker write ----------------------------------------------
 
@@ -187,6 +197,20 @@ class StreamWriter:
                 (Header.MESSAGE_INDEX.value, str(index).encode()),
             ]
             self._produce(topic or message.topic, message.key, message.value, headers, None)
+
+    def refuse(self, txn: StreamTxn, state: OpState, reason: str, *, op_offset: int = 0) -> None:
+        """An op of ``txn`` on the dead-letter topic, as the relay refuses one whose half
+        records it cannot find (retention removed them): the op's own key and value, no half
+        headers."""
+        key, value = self._op(txn, state, DecidedBy.PRODUCER, None, None)
+        headers = dead_letter_headers(
+            None,
+            reason=reason,
+            source_topic=self.topics.op,
+            source_partition=txn.partition,
+            source_offset=op_offset,
+        )
+        self._produce(self.topics.dead_letter, key, value, headers, txn.partition)
 
     def dead_letter(self, txn: StreamTxn, reason: str) -> None:
         """The given-up transaction's half records on the dead-letter topic, as the checker

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -50,10 +50,18 @@ def _committed_past_grace(
     if complete_since_ms:
         pairs = [F.lit(x) for t, ms in sorted(complete_since_ms.items()) for x in (t, ms)]
         since = F.create_map(*pairs)
-        emptied = F.exists(
-            F.coalesce(F.col("real_topics"), F.array().cast("array<string>")),
-            lambda t: F.coalesce(F.try_element_at(since, t) > F.col("decision_ms"), F.lit(False)),
+        # known from its op alone, its real topics are not: any of those read may hold it
+        latest = F.lit(max(complete_since_ms.values()))
+        emptied = F.when(F.col("real_topics").isNull(), latest > F.col("decision_ms")).otherwise(
+            F.exists(
+                F.col("real_topics"),
+                lambda t: F.coalesce(
+                    F.try_element_at(since, t) > F.col("decision_ms"), F.lit(False)
+                ),
+            )
         )
+    # a COMMIT the relay refused (dead-lettered) was never delivered, whatever the topics hold
+    emptied = emptied & ~F.col("op_refused")
     return ledger.filter(judged & (~emptied if verifiable else emptied))
 
 
@@ -75,17 +83,25 @@ def _missing_indices() -> Column:
 
 
 def superseded(
-    messages: DataFrame, promoted: DataFrame, ledger: DataFrame, compacted: Sequence[str]
+    messages: DataFrame,
+    promoted: DataFrame,
+    ledger: DataFrame,
+    compactable_before_ms: Mapping[str, int],
 ) -> DataFrame:
     """Per committed transaction, the indices of its messages to a compacted real topic whose
     key has a record there promoted at or after its COMMIT: the cleaner keeps only a key's
-    latest record, so such a message may have arrived and been removed since.
+    latest record, so such a message may have arrived and been removed since - unless it was
+    decided after the topic's ``compactable_before_ms`` (now minus ``min.compaction.lag.ms``:
+    the cleaner leaves younger records alone, so a younger one missing never arrived).
 
     ``messages`` is :func:`checker.audit.ledger.messages`; a message whose key's latest record
     came before its COMMIT cannot have been replaced (its own would be the latest), and one
     whose key has no record left stays missing (a tombstone removed after
     ``delete.retention.ms`` takes the key with it: docs/audit.md).
     """
+    compacted = sorted(compactable_before_ms)
+    pairs = [F.lit(x) for t, ms in sorted(compactable_before_ms.items()) for x in (t, ms)]
+    before = F.try_element_at(F.create_map(*pairs), F.col("topic"))
     latest = (
         promoted.filter(F.col("topic").isin(*compacted) & F.col("key").isNotNull())
         .groupBy("topic", "key")
@@ -101,7 +117,7 @@ def superseded(
     return (
         theirs.join(commits, "txn_id")
         .join(latest, ["topic", "key"])
-        .filter(F.col("latest_ms") >= F.col("decision_ms"))
+        .filter((F.col("latest_ms") >= F.col("decision_ms")) & (F.col("decision_ms") <= before))
         .groupBy("txn_id")
         .agg(F.array_sort(F.collect_set("message_index")).alias("superseded_indices"))
     )
@@ -160,10 +176,54 @@ def phantom(
     """Records on real topics without a COMMIT behind them, one row per record.
 
     Records of transactions the half and op topics show began before the range are not judged;
-    a record whose transaction neither topic shows is judged when it is itself in range and,
-    where the op topic has lost records to retention, stamped at or after ``unknown_since_ms``
-    (when it holds every op again: an earlier record's op may have been removed).
+    a record whose transaction neither topic shows (or only an op whose half records retention
+    removed) is judged when it is itself in range and, where the op topic has lost records to
+    retention, stamped at or after ``unknown_since_ms`` (when it holds every op again: an
+    earlier record's op may have been removed).
     """
+    records = _explained(promoted, ledger)
+    judged = (F.col("unknown") & _shown(unknown_since_ms)) | F.coalesce(
+        F.col("in_scope"), F.lit(False)
+    )
+    return records.filter(judged & F.col("reason").isNotNull()).select(
+        "txn_id",
+        F.coalesce(F.col("known_group"), F.col("producer_group")).alias("producer_group"),
+        "topic",
+        "partition",
+        "offset",
+        "ts_ms",
+        "message_index",
+        "state",
+        "decided_by",
+        "decision_ms",
+        "reason",
+    )
+
+
+def unjudged_records(
+    promoted: DataFrame, ledger: DataFrame, *, unknown_since_ms: int | None
+) -> DataFrame:
+    """Records in range that :func:`phantom` would report but for ``unknown_since_ms``: their
+    transaction's half and op records may have been removed. Counted in the summary, not a
+    violation."""
+    records = _explained(promoted, ledger)
+    if unknown_since_ms is None:
+        return records.limit(0)
+    left_out = F.col("in_range") & ~_shown(unknown_since_ms)
+    return records.filter(F.col("unknown") & left_out & F.col("reason").isNotNull())
+
+
+def _shown(unknown_since_ms: int | None) -> Column:
+    shown = F.col("in_range")
+    if unknown_since_ms is not None:
+        shown = shown & (F.col("ts_ms") >= F.lit(unknown_since_ms))
+    return shown
+
+
+def _explained(promoted: DataFrame, ledger: DataFrame) -> DataFrame:
+    """The outbox's records on real topics with what the ledger knows of their transaction:
+    ``reason`` (null when a COMMIT covers the record) and ``unknown`` (neither topic shows the
+    transaction, or only an op whose half records retention removed)."""
     known = ledger.select(
         "txn_id",
         "in_scope",
@@ -171,39 +231,22 @@ def phantom(
         "decided_by",
         "decision_ms",
         "expected",
+        "halves_removed",
         F.col("producer_group").alias("known_group"),
     )
     records = promoted.filter(F.col("txn_id").isNotNull()).join(known, "txn_id", "left")
-    unknown = F.col("in_scope").isNull()
+    unknown = F.col("in_scope").isNull() | F.coalesce(F.col("halves_removed"), F.lit(False))
     beyond = (F.col("message_index") < 0) | (F.col("message_index") >= F.col("expected"))
     reason = (
-        F.when(unknown, F.lit("no half or op record of this transaction was read"))
+        F.when(
+            F.col("in_scope").isNull(), F.lit("no half or op record of this transaction was read")
+        )
         .when(F.col("state").isNull(), F.lit("no decision"))
         .when(F.col("state") == OpState.RESUMED.value, F.lit("resumed, not decided again"))
         .when(F.col("state") != COMMIT, F.concat(F.lit("decided "), F.col("state")))
         .when(beyond, F.lit("message index past the committed message count"))
     )
-    shown = F.col("in_range")
-    if unknown_since_ms is not None:
-        shown = shown & (F.col("ts_ms") >= F.lit(unknown_since_ms))
-    judged = (unknown & shown) | F.coalesce(F.col("in_scope"), F.lit(False))
-    return (
-        records.withColumn("reason", reason)
-        .filter(judged & F.col("reason").isNotNull())
-        .select(
-            "txn_id",
-            F.coalesce(F.col("known_group"), F.col("producer_group")).alias("producer_group"),
-            "topic",
-            "partition",
-            "offset",
-            "ts_ms",
-            "message_index",
-            "state",
-            "decided_by",
-            "decision_ms",
-            "reason",
-        )
-    )
+    return records.withColumns({"reason": reason, "unknown": unknown})
 
 
 def duplicate(delivered: DataFrame, ledger: DataFrame) -> DataFrame:

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from checker.audit.findings.delivery import duplicate, lost, partial, phantom
+from checker.audit import ledger as L
+from checker.audit.findings.delivery import (
+    duplicate,
+    lost,
+    partial,
+    phantom,
+    superseded,
+    unjudged_records,
+    unverifiable,
+    with_superseded,
+)
 from outbox.protocol.ids import new_transaction_id
 from tests.checker.audit.scenario import Scenario, ids
 
@@ -228,3 +238,75 @@ def test_a_record_no_topic_explains_is_a_phantom_once_the_op_topic_holds_every_o
 
     assert ids(phantom(frames["promoted"], book, unknown_since_ms=3_000)) == {later.txn_id}
     assert ids(phantom(frames["promoted"], book)) == {earlier.txn_id, later.txn_id}
+
+
+def test_a_commit_known_from_its_op_alone_waits_for_every_real_topic_read(spark) -> None:
+    """Its real topics are not known: any real topic read that lost records decided before
+    it may have held its messages; counted as unverifiable, not lost."""
+    sc = Scenario()
+    early, late = sc.txn(), sc.txn()
+    for t, at in ((early, 4_000), (late, 6_000)):
+        sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
+        sc.op(t, "COMMIT", at=at)
+    book, _ = sc.ledger(spark)
+    since = {"orders": 1_000, "payments": 5_000}
+
+    assert ids(lost(book, as_of_ms=AS_OF, grace_ms=GRACE, complete_since_ms=since)) == {late.txn_id}
+    found = unverifiable(book, as_of_ms=AS_OF, grace_ms=GRACE, complete_since_ms=since)
+    assert ids(found) == {early.txn_id}
+
+
+def test_records_of_a_rollback_whose_half_records_retention_removed_are_still_phantoms(
+    spark,
+) -> None:
+    sc = Scenario()
+    declined, committed, stranger = sc.txn(), sc.txn(), sc.txn()
+    for t, state in ((declined, "ROLLBACK"), (committed, "COMMIT")):
+        sc.op(t, state, at=2_000)
+    sc.halves = []  # all removed by retention
+    for t in (declined, committed, stranger):
+        sc.promote(t, at=3_000)
+    frames = sc.frames(spark)
+    book = L.ledger(
+        L.transactions(L.messages(frames["halves"])),
+        L.decisions(frames["ops"]),
+        L.deliveries(frames["promoted"]),
+        half_log_starts={0: 100},
+    )
+
+    assert not row_of(book, declined.txn_id).in_scope
+    assert ids(phantom(frames["promoted"], book)) == {declined.txn_id, stranger.txn_id}
+    # stamped before the op topic holds every op again: not judged, counted
+    assert ids(phantom(frames["promoted"], book, unknown_since_ms=3_001)) == set()
+    counted = unjudged_records(frames["promoted"], book, unknown_since_ms=3_001)
+    assert ids(counted) == {declined.txn_id, stranger.txn_id}
+
+
+def test_a_compacted_topic_replaces_only_records_older_than_its_compaction_lag(spark) -> None:
+    sc = Scenario()
+    old = sc.txn(key=b"c1", topic="customers")
+    sc.op(old, "COMMIT", at=2_000)
+    young = sc.txn(key=b"c2", topic="customers")
+    sc.op(young, "COMMIT", at=8_000)
+    stale = sc.txn(key=b"c3", topic="customers")
+    sc.op(stale, "COMMIT", at=2_000)
+    for t, at in (
+        (sc.txn(key=b"c1", topic="customers"), 3_000),
+        (sc.txn(key=b"c2", topic="customers"), 9_000),
+        (sc.txn(key=b"c3", topic="customers"), 1_500),
+    ):
+        sc.op(t, "COMMIT", at=at - 500)
+        sc.promote(t, at=at)
+    book, frames = sc.ledger(spark)
+    messages = L.messages(frames["halves"])
+
+    # the cleaner may have replaced records older than 5_000 only
+    replaced = superseded(messages, frames["promoted"], book, {"customers": 5_000})
+    arrived = with_superseded(book, replaced)
+    assert ids(lost(arrived, as_of_ms=AS_OF, grace_ms=GRACE)) == {young.txn_id, stale.txn_id}
+    assert old.txn_id in ids(replaced)  # (and the helpers, each its key's latest record)
+    assert not {young.txn_id, stale.txn_id} & ids(replaced)
+
+
+def row_of(book, txn_id: str):
+    return book.filter(book.txn_id == txn_id).first()

@@ -98,8 +98,9 @@ def test_a_transaction_whose_half_records_retention_removed_is_out_of_scope(spar
     real records): it began before anything the topics hold."""
     sc = Scenario()
     removed = sc.txn(partition=0)
+    refused = sc.txn(partition=0)  # the relay dead-lettered its COMMIT: never delivered
     missing = sc.txn(partition=1)
-    for t in (removed, missing):
+    for t in (removed, refused, missing):
         sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
         sc.op(t, "COMMIT", at=2_000)
     resumed = sc.txn(partition=0)
@@ -112,8 +113,11 @@ def test_a_transaction_whose_half_records_retention_removed_is_out_of_scope(spar
     decided, delivered = L.decisions(frames["ops"]), L.deliveries(frames["promoted"])
     starts = {0: max(resumed.offsets) + 1, 1: min(missing.offsets)}  # the copy is above
 
-    book = L.ledger(txns, decided, delivered, half_log_starts=starts)
+    letters = spark.createDataFrame([(refused.txn_id,)], "txn_id string")
+    book = L.ledger(txns, decided, delivered, half_log_starts=starts, refused=letters)
     assert not row(book, removed.txn_id).in_scope
+    assert row(book, removed.txn_id).halves_removed
+    assert row(book, refused.txn_id).in_scope
     assert row(book, missing.txn_id).in_scope  # its offsets are still held: not retention
     assert row(book, resumed.txn_id).in_scope  # judged where it was resumed
     before = L.ledger(txns, decided, delivered)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from checker.audit.plan import TopicRead
-from checker.audit.retained import HEAD_RECORDS, complete_since
+from checker.audit.retained import HEAD_RECORDS, complete_since, read_from_start
 
 pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
 
@@ -31,7 +31,7 @@ def test_partitions_that_lost_records_are_complete_from_their_first_record_left(
         "o": {0: (0, 3)},  # never lost a record: not read, no bound
     }
     as_of, kept = 1_000_000, 900_000
-    found = complete_since(read, held, retention_ms={"h": kept}, as_of_ms=as_of)
+    found = complete_since(read, held, retention_ms={"h": kept}, now_ms=as_of)
     # partition 2 shows nothing: complete from as_of - retention.ms, the latest of the three
     assert found == {"h": as_of - kept}
     [what] = asked
@@ -41,14 +41,24 @@ def test_partitions_that_lost_records_are_complete_from_their_first_record_left(
     assert json.loads(what.options["endingOffsets"]) == {"h": ends}
 
     # with a longer retention, the first records left decide: the later of partitions 1 and 3
-    assert complete_since(read, held, retention_ms={"h": as_of}, as_of_ms=as_of) == {"h": 2_000}
+    assert complete_since(read, held, retention_ms={"h": as_of}, now_ms=as_of) == {"h": 2_000}
     # unlimited retention and a partition that shows nothing: nothing before the audit's clock
-    assert complete_since(read, held, retention_ms={}, as_of_ms=as_of) == {"h": as_of}
+    assert complete_since(read, held, retention_ms={}, now_ms=as_of) == {"h": as_of}
     # every record gone: nothing is read
     asked.clear()
     emptied = {"h": {0: (4, 4)}}
-    assert complete_since(read, emptied, retention_ms={"h": kept}, as_of_ms=as_of) == {
+    assert complete_since(read, emptied, retention_ms={"h": kept}, now_ms=as_of) == {
         "h": as_of - kept
     }
     assert asked == []
-    assert complete_since(read, {"o": {0: (0, 3)}}, retention_ms={}, as_of_ms=as_of) == {}
+    assert complete_since(read, {"o": {0: (0, 3)}}, retention_ms={}, now_ms=as_of) == {}
+
+
+def test_an_op_names_removed_half_records_only_where_the_half_topic_was_read_from_its_start() -> (
+    None
+):
+    held = {0: (5, 20), 1: (5, 20), 2: (9, 9), 3: (0, 4)}
+    # partition 0 read from its start; 1 from later (a time --from): a put-back copy may lie
+    # before what was read, its op naming removed originals; 2 holds nothing; 3 nothing read
+    first_read = {0: 5, 1: 12}
+    assert read_from_start(held, first_read) == {0: 5, 2: 9}

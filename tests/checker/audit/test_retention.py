@@ -51,6 +51,10 @@ def test_what_retention_removed_is_neither_lost_nor_phantom(
         remove_up_to_the_end(kafka_bootstrap, topic, 0)
     # half and promoted records gone, the ops kept (the op topic keeps 14 days): not lost
     committed(orders, 2)
+    # ... but one the relay found no half records for (it was down for longer than the half
+    # topic's retention) and dead-lettered its COMMIT: never delivered, lost
+    [refused] = committed(orders, 1, promote=False)
+    w.refuse(refused, OpState.COMMIT, "half records gone (retention)")
     remove_up_to_the_end(kafka_bootstrap, topics.half, 0)
     # half records and ops kept, the promoted records gone (the real topic's retention is
     # shorter, or its segments roll sooner): not lost, nothing shows whether they arrived
@@ -66,17 +70,19 @@ def test_what_retention_removed_is_neither_lost_nor_phantom(
         topic_prefix=topics.prefix,
         as_of="now+10m",
         out_dir=str(tmp_path),
+        real_topics=(archive,),  # no half record left names it
     )
     result = run_audit(spark, settings)
 
-    assert result.txn_ids("lost") == {never_promoted.txn_id}
-    assert {n: c for n, c in result.counts.items() if c} == {"lost": 1}
+    assert result.txn_ids("lost") == {never_promoted.txn_id, refused.txn_id}
+    assert {n: c for n, c in result.counts.items() if c} == {"lost": 2}
     statistics = result.summary["statistics"]
     # the transactions whose half records are left; those known from their ops alone, their
     # half records removed, are out of scope
-    assert statistics["transactions"] == len(faded) + len(kept) + 1
+    assert statistics["transactions"] == len(faded) + len(kept) + 2
     # what retention may have taken from the real topic is counted, not reported
     assert statistics["commits_unverifiable"] == len(faded)
+    assert statistics["records_unverifiable"] == 2  # the archive's: no half or op left
     since = result.summary["parameters"]["complete_since_ms"]
     assert set(since) == {topics.op, orders}
 
