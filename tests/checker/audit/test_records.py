@@ -227,6 +227,7 @@ def test_op_records_are_parsed_and_unknown_versions_or_malformed_ones_are_flagge
         (t.encode(), None, 1, 3, AS_OF - 5, []),
         (b"other", op_value(t), 1, 4, AS_OF - 5, []),
         (t.encode(), op_value(t, state="MAYBE"), 1, 5, AS_OF - 5, []),
+        (t.encode(), op_value(t, half={"partition": 1, "offsets": [-1]}), 1, 6, AS_OF - 5, []),
     ]
     typed = records.ops(raw(spark, rows), InRange(), as_of_ms=AS_OF)
 
@@ -244,6 +245,7 @@ def test_op_records_are_parsed_and_unknown_versions_or_malformed_ones_are_flagge
     assert by_offset[2].problem.startswith("not an op document")
     assert by_offset[4].problem == "key differs from txn_id"
     assert by_offset[5].problem == "unknown state"
+    assert by_offset[6].problem == "bad half field"  # no record has a negative offset
 
 
 def test_promoted_records_keep_foreign_records_apart_and_dead_letters_name_their_txn(spark) -> None:
@@ -278,6 +280,14 @@ def test_promoted_records_keep_foreign_records_apart_and_dead_letters_name_their
         [
             (t.encode(), b"v", 0, 0, AS_OF - 5, [*ours, ("outbox-dl-reason", b"gone")]),
             (None, b"junk", 0, 1, AS_OF - 5, [("outbox-dl-reason", b"bad")]),
+            (  # an op the relay refused: its half records were gone
+                t.encode(),
+                op_value(t),
+                0,
+                3,
+                AS_OF - 5,
+                [("outbox-dl-reason", b"GAP"), ("outbox-dl-source-topic", b"x-op")],
+            ),
             (
                 packed.encode(),
                 b"v",
@@ -289,7 +299,8 @@ def test_promoted_records_keep_foreign_records_apart_and_dead_letters_name_their
         ],
     )
     found = records.dead_letters(letters, as_of_ms=AS_OF).collect()
-    assert [(r.txn_id, r.message_index, r.reason) for r in found] == [
-        (t, 1, "gone"),
-        (packed, 3, "given up"),
+    assert [(r.txn_id, r.message_index, r.reason, r.source_topic) for r in found] == [
+        (t, 1, "gone", None),
+        (t, None, "GAP", "x-op"),
+        (packed, 3, "given up", None),
     ]
