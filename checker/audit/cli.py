@@ -265,3 +265,13 @@ def print_summary(summary: dict[str, Any]) -> None:
     for name, finding in summary["findings"].items():
         marker = "!!" if finding["count"] else "ok"
         print(f"  {marker} {name:<24} {finding['count']:>8}")
+    unjudged = {n: stats.get(n, 0) for n in UNVERIFIABLE if stats.get(n, 0)}
+    for name, count in unjudged.items():
+        print(f"  ?? {name:<24} {count:>8}  (retention removed what would tell: docs/audit.md)")
+    unknown = summary.get("parameters", {}).get("retention_unknown")
+    if unknown:
+        print(f"  ?? what the topics still hold is unknown: {unknown}")
+
+
+#: The statistics counting what the audit could not judge because the topics no longer hold it.
+UNVERIFIABLE = ("commits_unverifiable", "records_unverifiable")

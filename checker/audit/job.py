@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from checker.audit import ledger as ledger_mod
-from checker.audit.bounds import describe
+from checker.audit.bounds import Earliest, describe
 from checker.audit.findings import FINDINGS, decisions, delivery, evidence, order
 from checker.audit.output import finish_summary, write_finding, write_report
 from checker.audit.retained import Retained, retained
@@ -75,8 +75,14 @@ def compute_findings(
     messages = ledger_mod.messages(halves)
     txns = ledger_mod.transactions(messages)
     ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
-    refused = inputs.dead_letters.filter(
-        (F.col("source_topic") == F.lit(settings.topics.op)) & F.col("message_index").isNull()
+    # the transactions of the ops the relay refused, by where those ops are
+    refused = (
+        inputs.dead_letters.filter(F.col("refused_op"))
+        .select(
+            F.col("source_partition").alias("partition"),
+            F.col("source_offset").alias("offset"),
+        )
+        .join(ops.select("partition", "offset", "txn_id"), ["partition", "offset"])
     )
     book = ledger_mod.ledger(
         txns,
@@ -160,7 +166,13 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
         if inputs.evidence is not None:
             materialised.append(pool.submit(inputs.evidence.count))
         read = dict(zip(sources, [f.result() for f in materialised], strict=False))
-        held = retained(spark, settings, inputs, now_ms=int(time.time() * 1000))
+        held = retained(
+            spark,
+            settings,
+            inputs,
+            now_ms=int(time.time() * 1000),
+            earliest=isinstance(resolved.start, Earliest),
+        )
         clock.lap("read")
         found, book, unjudged = compute_findings(inputs, settings, resolved, held)
         book.count()
@@ -227,7 +239,7 @@ def _parameters(
         "from": describe(resolved.start),
         "complete_since_ms": dict(sorted(held.complete_since_ms.items())),
         "compacted_real_topics": sorted(held.compactable_before_ms),
-        "topic_settings_unknown": held.configs_unknown,
+        "retention_unknown": held.unknown,
         "to": describe(resolved.end),
         "as_of_ms": resolved.as_of_ms,
         "grace_ms": settings.grace_ms,

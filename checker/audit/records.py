@@ -288,24 +288,29 @@ def promoted(raw: DataFrame, spec: InRange, *, as_of_ms: int) -> DataFrame:
     return df.withColumn("problem", problem)
 
 
-def dead_letters(raw: DataFrame, *, as_of_ms: int) -> DataFrame:
-    """Dead letters that name a transaction: the given-up messages, with the reason, and the
-    ops the relay refused (their half records were gone: ``message_index`` null, the txn id
-    from the op document, ``source_topic`` the op topic)."""
+def dead_letters(raw: DataFrame, *, as_of_ms: int, op_topic: str | None = None) -> DataFrame:
+    """Dead letters that name a transaction: the given-up messages, with the reason; and the
+    ops the relay refused (dead letters from ``op_topic``: their half records were gone),
+    whose transaction the op at ``source_partition``/``source_offset`` names (their own key
+    and value may have been omitted)."""
     located = with_header_map(raw.withColumn("ts_ms", F.unix_millis(F.col("timestamp"))))
-    op_txn = F.from_json(F.col("value").cast("string"), "txn_id string").getField("txn_id")
+    source = header_text(DeadLetterHeader.SOURCE_TOPIC)
+    from_op = F.coalesce(source == F.lit(op_topic), F.lit(False)) if op_topic else F.lit(False)
     return (
         with_half_fields(located.filter(F.col("ts_ms") <= F.lit(as_of_ms)))
         .select(
-            F.coalesce(half_text("txn_id", Header.TXN_ID), op_txn).alias("txn_id"),
+            half_text("txn_id", Header.TXN_ID).alias("txn_id"),
             half_int("message_index", Header.MESSAGE_INDEX, "int").alias("message_index"),
             header_text(DeadLetterHeader.REASON).alias("reason"),
-            header_text(DeadLetterHeader.SOURCE_TOPIC).alias("source_topic"),
+            source.alias("source_topic"),
+            header_int(DeadLetterHeader.SOURCE_PARTITION, "int").alias("source_partition"),
+            header_int(DeadLetterHeader.SOURCE_OFFSET).alias("source_offset"),
+            from_op.alias("refused_op"),
             "partition",
             "offset",
             "ts_ms",
         )
-        .filter(F.col("txn_id").isNotNull())
+        .filter(F.col("txn_id").isNotNull() | F.col("refused_op"))
     )
 
 

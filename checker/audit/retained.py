@@ -65,26 +65,36 @@ class Retained:
     complete_since_ms: dict[str, int] = field(default_factory=dict)
     #: Per compacted real topic, before when (Unix ms) the cleaner may have replaced a record.
     compactable_before_ms: dict[str, int] = field(default_factory=dict)
-    #: Why the topics' settings are unknown (no DescribeConfigs permission?), else None.
-    configs_unknown: str | None = None
+    #: What could not be learnt, and why (no DescribeConfigs permission?), else None.
+    unknown: str | None = None
 
 
-def retained(spark: Any, settings: AuditSettings, inputs: AuditInputs, *, now_ms: int) -> Retained:
+def retained(
+    spark: Any, settings: AuditSettings, inputs: AuditInputs, *, now_ms: int, earliest: bool
+) -> Retained:
     """Ask Kafka what the topics still hold. Call it once ``inputs`` are read (cached): a record
     retention removes meanwhile is then below the starts listed, never taken for a missing one.
+    ``earliest``: the half topic was read from its start (``--from earliest``).
+
+    What cannot be learnt (no permission to describe the topics' settings, a topic deleted or
+    grown since it was read) is taken as unknown, with a warning and
+    ``Retained.unknown`` saying why: the findings are then judged as if nothing was removed.
 
     Raises:
         AuditSourceError: Kafka did not answer.
     """
     names = settings.topics
     real = list(inputs.real_topics)
-    held = held_offsets(
-        spark,
-        settings.bootstrap_servers,
-        settings.kafka,
-        {t: inputs.partitions[t] for t in [names.half, names.op, *real]},
-        timeout_s=settings.metadata_timeout_s,
-    )
+    try:
+        held = held_offsets(
+            spark,
+            settings.bootstrap_servers,
+            settings.kafka,
+            {t: inputs.partitions[t] for t in [names.half, names.op, *real]},
+            timeout_s=settings.metadata_timeout_s,
+        )
+    except AuditSourceError as err:
+        return Retained(unknown=_unknown("the topics' log start offsets", err))
     unknown: str | None = None
     try:
         configs = topic_configs(
@@ -98,41 +108,54 @@ def retained(spark: Any, settings: AuditSettings, inputs: AuditInputs, *, now_ms
     except AuditSourceError as err:
         # without them: no topic taken for compacted, retention taken as unlimited (the
         # bounds then rest on the first records left alone)
-        unknown = str(err)
-        log.warning("the topics' settings could not be read (%s): taken as unknown", err)
+        unknown = _unknown("the topics' settings (DescribeConfigs)", err)
         configs = {}
-    since = complete_since(
-        lambda r: read_topic(spark, settings, r),
-        {t: held[t] for t in [names.op, *real] if t in held},
-        retention_ms={t: int(c.get("retention.ms", "-1")) for t, c in configs.items()},
-        now_ms=now_ms,
-    )
+    try:
+        since = complete_since(
+            lambda r: read_topic(spark, settings, r),
+            {t: held[t] for t in [names.op, *real] if t in held},
+            retention_ms={t: int(c.get("retention.ms", "-1")) for t, c in configs.items()},
+            now_ms=now_ms,
+        )
+    except Exception as err:  # a topic deleted or grown since: Spark's errors have no base
+        return Retained(unknown=_unknown("the first records left of trimmed partitions", err))
     first_read = {
         int(r["partition"]): int(r["first"])
         for r in inputs.halves.groupBy("partition").agg(F.min("offset").alias("first")).collect()
     }
     return Retained(
-        half_log_starts=read_from_start(held.get(names.half, {}), first_read),
+        half_log_starts=read_from_start(held.get(names.half, {}), first_read, earliest=earliest),
         complete_since_ms=since,
         compactable_before_ms={
             t: now_ms - int(configs[t].get("min.compaction.lag.ms", "0"))
             for t in real
             if is_compacted(configs.get(t, {}))
         },
-        configs_unknown=unknown,
+        unknown=unknown,
     )
 
 
+def _unknown(what: str, err: Exception) -> str:
+    text = f"{what} could not be read: {err}"
+    log.warning("%s; taken as unknown (docs/audit.md, retention)", text)
+    return text
+
+
 def read_from_start(
-    held: Mapping[int, tuple[int, int]], first_read: Mapping[int, int]
+    held: Mapping[int, tuple[int, int]], first_read: Mapping[int, int], *, earliest: bool
 ) -> dict[int, int]:
-    """The log starts of the half partitions the audit read from their start: where it read
-    from later (a time ``--from``), a transaction's put-back copy may lie before what was read
-    and its op name original offsets retention removed - it is still judged by its op."""
+    """The log starts of the half partitions the audit read from their start: all of them when
+    it read from ``earliest`` (the starts are listed after the read, so nothing below them was
+    left unread), else those whose first record read is at the start (a transaction marker or
+    an aborted put-back copy there hides it: such a partition is left out). Where it read from
+    later (a time ``--from``), a transaction's put-back copy may lie before what was read and
+    its op name original offsets retention removed - it is still judged by its op."""
     return {
         p: start
         for p, (start, end) in held.items()
-        if (p in first_read and first_read[p] <= start) or (p not in first_read and start == end)
+        if earliest
+        or (p in first_read and first_read[p] <= start)
+        or (p not in first_read and start == end)
     }
 
 
@@ -181,7 +204,7 @@ def _heads(
         }
         frames.append(
             read(TopicRead(topic, options)).select(
-                "topic", "partition", F.unix_millis(F.col("timestamp")).alias("ts_ms")
+                "topic", "partition", "offset", F.unix_millis(F.col("timestamp")).alias("ts_ms")
             )
         )
     if not frames:
@@ -189,5 +212,7 @@ def _heads(
     union = frames[0]
     for frame in frames[1:]:
         union = union.unionByName(frame)
-    rows = union.groupBy("topic", "partition").agg(F.min("ts_ms").alias("first_ms")).collect()
+    # the first record's time, not the least: a real topic's CreateTime need not rise
+    first = F.min_by(F.col("ts_ms"), F.col("offset")).alias("first_ms")
+    rows = union.groupBy("topic", "partition").agg(first).collect()
     return {(str(r["topic"]), int(r["partition"])): int(r["first_ms"]) for r in rows}

@@ -155,7 +155,7 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         dead_raw = read_topic(spark, settings, plan(names.dead_letter))
     else:
         dead_raw = empty_raw(spark)
-    dead_letters = _cache(records.dead_letters(dead_raw, as_of_ms=cut))
+    dead_letters = _cache(records.dead_letters(dead_raw, as_of_ms=cut, op_topic=names.op))
     unreadable = _cache(
         records.unreadable(halves, names.half)
         .unionByName(records.unreadable(ops, names.op))

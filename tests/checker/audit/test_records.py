@@ -286,7 +286,12 @@ def test_promoted_records_keep_foreign_records_apart_and_dead_letters_name_their
                 0,
                 3,
                 AS_OF - 5,
-                [("outbox-dl-reason", b"GAP"), ("outbox-dl-source-topic", b"x-op")],
+                [
+                    ("outbox-dl-reason", b"GAP"),
+                    ("outbox-dl-source-topic", b"x-op"),
+                    ("outbox-dl-source-partition", b"1"),
+                    ("outbox-dl-source-offset", b"17"),
+                ],
             ),
             (
                 packed.encode(),
@@ -298,9 +303,12 @@ def test_promoted_records_keep_foreign_records_apart_and_dead_letters_name_their
             ),
         ],
     )
-    found = records.dead_letters(letters, as_of_ms=AS_OF).collect()
-    assert [(r.txn_id, r.message_index, r.reason, r.source_topic) for r in found] == [
-        (t, 1, "gone", None),
-        (t, None, "GAP", "x-op"),
-        (packed, 3, "given up", None),
+    found = records.dead_letters(letters, as_of_ms=AS_OF, op_topic="x-op").collect()
+    assert [(r.txn_id, r.message_index, r.reason, r.refused_op) for r in found] == [
+        (t, 1, "gone", False),
+        # an op the relay refused: its transaction is the op's where it came from (its own
+        # key and value may be omitted), never read from a payload
+        (None, None, "GAP", True),
+        (packed, 3, "given up", False),
     ]
+    assert (found[1].source_partition, found[1].source_offset) == (1, 17)

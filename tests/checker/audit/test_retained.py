@@ -21,9 +21,12 @@ def test_partitions_that_lost_records_are_complete_from_their_first_record_left(
 
     def read(what: TopicRead) -> Any:
         asked.append(what)
-        at = [dt.datetime.fromtimestamp(s, dt.UTC) for s in (2.0, 2.5, 1.0)]
-        rows = [("h", 1, at[0]), ("h", 1, at[1]), ("h", 3, at[2])]
-        return spark.createDataFrame(rows, "topic string, partition int, timestamp timestamp")
+        at = [dt.datetime.fromtimestamp(s, dt.UTC) for s in (2.0, 1.5, 1.0)]
+        # partition 1's second record is stamped earlier (CreateTime need not rise): its
+        # first record's time counts, not the least
+        rows = [("h", 1, 5, at[0]), ("h", 1, 6, at[1]), ("h", 3, 9, at[2])]
+        schema = "topic string, partition int, offset long, timestamp timestamp"
+        return spark.createDataFrame(rows, schema)
 
     held = {
         # never lost a record / lost some / lost some, shows none at its head / lost some
@@ -61,4 +64,8 @@ def test_an_op_names_removed_half_records_only_where_the_half_topic_was_read_fro
     # partition 0 read from its start; 1 from later (a time --from): a put-back copy may lie
     # before what was read, its op naming removed originals; 2 holds nothing; 3 nothing read
     first_read = {0: 5, 1: 12}
-    assert read_from_start(held, first_read) == {0: 5, 2: 9}
+    assert read_from_start(held, first_read, earliest=False) == {0: 5, 2: 9}
+    # read from earliest: every partition, even one whose first record read lies past its
+    # start (a transaction marker or an aborted put-back copy at its head)
+    assert read_from_start(held, {0: 6, 1: 12}, earliest=True) == {0: 5, 1: 5, 2: 9, 3: 0}
+    assert read_from_start(held, {0: 6, 1: 12}, earliest=False) == {2: 9}
