@@ -76,13 +76,12 @@ def compute_findings(
     txns = ledger_mod.transactions(messages)
     ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
     # the transactions of the ops the relay refused, by where those ops are
-    refused = (
-        inputs.dead_letters.filter(F.col("refused_op"))
-        .select(
-            F.col("source_partition").alias("partition"),
-            F.col("source_offset").alias("offset"),
-        )
-        .join(ops.select("partition", "offset", "txn_id"), ["partition", "offset"])
+    # (few: broadcast, so that the ops are not shuffled for them)
+    letters = inputs.dead_letters.filter(F.col("refused_op")).select(
+        F.col("source_partition").alias("partition"), F.col("source_offset").alias("offset")
+    )
+    refused = ops.select("partition", "offset", "txn_id").join(
+        F.broadcast(letters), ["partition", "offset"]
     )
     book = ledger_mod.ledger(
         txns,

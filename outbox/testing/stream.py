@@ -49,6 +49,8 @@ class StreamTxn:
     messages: list[HalfMessage]
     created_at_ms: int = 0
     offsets: dict[int, int] = field(default_factory=dict)
+    #: The offsets of its op records, in the order written (after a flush).
+    op_offsets: list[int] = field(default_factory=list)
 
     def half_offsets(self) -> tuple[int, ...]:
         """Offsets in message-index order; call after :meth:`StreamWriter.flush`."""
@@ -144,7 +146,9 @@ class StreamWriter:
     ) -> None:
         """Write an op record for ``txn`` (its halves must have been flushed)."""
         key, value = self._op(txn, state, decided_by, reason, offsets)
-        self._produce(self.topics.op, key, value, None, txn.partition)
+        self._produce(
+            self.topics.op, key, value, None, txn.partition, on_offset=txn.op_offsets.append
+        )
 
     def _op(
         self,
@@ -198,17 +202,17 @@ class StreamWriter:
             ]
             self._produce(topic or message.topic, message.key, message.value, headers, None)
 
-    def refuse(self, txn: StreamTxn, state: OpState, reason: str, *, op_offset: int = 0) -> None:
-        """An op of ``txn`` on the dead-letter topic, as the relay refuses one whose half
-        records it cannot find (retention removed them): the op's own key and value, no half
-        headers."""
+    def refuse(self, txn: StreamTxn, state: OpState, reason: str) -> None:
+        """``txn``'s last op (written with :meth:`decide`, flushed) on the dead-letter topic, as
+        the relay refuses one whose half records it cannot find (retention removed them): the
+        op's own key and value, no half headers, where it came from."""
         key, value = self._op(txn, state, DecidedBy.PRODUCER, None, None)
         headers = dead_letter_headers(
             None,
             reason=reason,
             source_topic=self.topics.op,
             source_partition=txn.partition,
-            source_offset=op_offset,
+            source_offset=txn.op_offsets[-1],
         )
         self._produce(self.topics.dead_letter, key, value, headers, txn.partition)
 

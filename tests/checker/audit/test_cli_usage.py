@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from checker.audit.cli import EXIT_UNAVAILABLE, EXIT_USAGE, build_parser, main
+from checker.audit.cli import EXIT_UNAVAILABLE, EXIT_USAGE, build_parser, main, print_summary
 
 
 @pytest.fixture(autouse=True)
@@ -204,3 +204,23 @@ def test_a_command_config_adds_to_the_kafka_settings_of_the_environment(
         "sasl.mechanism": "PLAIN",
         "client.id": "from-file",
     }
+
+
+def test_what_retention_left_unjudged_is_printed_under_the_findings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    summary = {
+        "statistics": {
+            "transactions": 5,
+            "by_state": {},
+            "by_decider": {},
+            "commits_unverifiable": 2,
+            "records_unverifiable": 0,
+        },
+        "findings": {"lost": {"count": 0}},
+        "parameters": {"retention_unknown": "the topics' settings could not be read: denied"},
+    }
+    print_summary(summary)
+    out = capsys.readouterr().out
+    assert "?? commits_unverifiable" in out and "records_unverifiable" not in out
+    assert "?? what the topics still hold is unknown: the topics' settings" in out
