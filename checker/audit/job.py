@@ -77,11 +77,16 @@ def compute_findings(
     ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
     # the transactions of the ops the relay refused, by where those ops are
     # (few: broadcast, so that the ops are not shuffled for them)
+    # (few, usually none: looked for in the small cached dead letters, and only then joined)
     letters = inputs.dead_letters.filter(F.col("refused_op")).select(
         F.col("source_partition").alias("partition"), F.col("source_offset").alias("offset")
     )
-    refused = ops.select("partition", "offset", "txn_id").join(
-        F.broadcast(letters), ["partition", "offset"]
+    refused = (
+        ops.select("partition", "offset", "txn_id").join(
+            F.broadcast(letters), ["partition", "offset"]
+        )
+        if letters.take(1)
+        else None
     )
     book = ledger_mod.ledger(
         txns,

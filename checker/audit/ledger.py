@@ -18,6 +18,7 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
 from checker.audit.partitioning import by_transaction
+from checker.audit.records import literal_map
 from outbox.protocol.states import TERMINAL_STATES, CheckBy, OpState
 
 TERMINAL = sorted(s.value for s in TERMINAL_STATES)
@@ -219,10 +220,7 @@ def ledger(
     valid = F.filter(indices, lambda i: (i >= 0) & (i < F.col("expected")))
     removed: Column = F.lit(False)
     if half_log_starts:
-        starts = F.create_map(
-            *[F.lit(x) for p, o in sorted(half_log_starts.items()) for x in (int(p), int(o))]
-        )
-        start = F.try_element_at(starts, F.col("op_partition"))
+        start = F.try_element_at(literal_map(half_log_starts), F.col("op_partition"))
         below = F.array_min(F.col("op_half_offsets")) < start
         removed = F.coalesce(
             F.col("first_half_ms").isNull() & below & F.col("op_refused").isNull(), F.lit(False)

@@ -12,6 +12,7 @@ audit's clock are dropped).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -119,17 +120,17 @@ def in_range_column(spec: InRange) -> Column:
     if spec.end_ms is not None:
         condition = condition & (F.col("ts_ms") < F.lit(spec.end_ms))
     if spec.start_offsets:
-        first = F.try_element_at(_literal_map(spec.start_offsets), F.col("partition"))
+        first = F.try_element_at(literal_map(spec.start_offsets), F.col("partition"))
         condition = condition & (first.isNull() | (F.col("offset") >= first))
     if spec.end_offsets:
-        past = F.try_element_at(_literal_map(spec.end_offsets), F.col("partition"))
+        past = F.try_element_at(literal_map(spec.end_offsets), F.col("partition"))
         condition = condition & (past.isNull() | (F.col("offset") < past))
     return condition
 
 
-def _literal_map(values: Any) -> Column:
-    pairs = [F.lit(x) for p, o in sorted(values.items()) for x in (int(p), int(o))]
-    return F.create_map(*pairs)
+def literal_map(values: Mapping[Any, Any]) -> Column:
+    """``values`` as a map column, for looking a row's partition or topic up in it."""
+    return F.create_map(*[F.lit(x) for k, v in sorted(values.items()) for x in (k, v)])
 
 
 def _located(raw: DataFrame, spec: InRange, as_of_ms: int) -> DataFrame:

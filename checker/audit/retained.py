@@ -37,7 +37,7 @@ from checker.audit.errors import AuditSourceError
 from checker.audit.metadata import held_offsets, is_compacted, topic_configs
 from checker.audit.plan import TopicRead
 from checker.audit.settings import AuditSettings
-from checker.audit.source import AuditInputs, read_topic
+from checker.audit.source import AuditInputs, read_topic, union_all
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,7 @@ def retained(
     What cannot be learnt (no permission to describe the topics' settings, a topic deleted or
     grown since it was read) is taken as unknown, with a warning and
     ``Retained.unknown`` saying why: the findings are then judged as if nothing was removed.
-
-    Raises:
-        AuditSourceError: Kafka did not answer.
+    It raises nothing of its own: the sources were read, so Kafka was there a moment ago.
     """
     names = settings.topics
     real = list(inputs.real_topics)
@@ -119,10 +117,17 @@ def retained(
         )
     except Exception as err:  # a topic deleted or grown since: Spark's errors have no base
         return Retained(unknown=_unknown("the first records left of trimmed partitions", err))
-    first_read = {
-        int(r["partition"]): int(r["first"])
-        for r in inputs.halves.groupBy("partition").agg(F.min("offset").alias("first")).collect()
-    }
+    # (under --from earliest every partition was read from its start: no Spark job needed)
+    first_read = (
+        {}
+        if earliest
+        else {
+            int(r["partition"]): int(r["first"])
+            for r in inputs.halves.groupBy("partition")
+            .agg(F.min("offset").alias("first"))
+            .collect()
+        }
+    )
     return Retained(
         half_log_starts=read_from_start(held.get(names.half, {}), first_read, earliest=earliest),
         complete_since_ms=since,
@@ -209,9 +214,7 @@ def _heads(
         )
     if not frames:
         return {}
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame)
+    union = union_all(frames)
     # the first record's time, not the least: a real topic's CreateTime need not rise
     first = F.min_by(F.col("ts_ms"), F.col("offset")).alias("first_ms")
     rows = union.groupBy("topic", "partition").agg(first).collect()

@@ -147,7 +147,7 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         for r in (plan(t) for t in present)
     ]
     promoted = _cache_by_transaction(
-        _union(promoted_raw)
+        union_all(promoted_raw)
         if promoted_raw
         else records.promoted(empty_raw(spark), half_read.in_range, as_of_ms=cut)
     )
@@ -211,7 +211,7 @@ def _named_real_topics(halves: DataFrame) -> list[str]:
     return [r["real_topic"] for r in rows]
 
 
-def _union(frames: list[DataFrame]) -> DataFrame:
+def union_all(frames: list[DataFrame]) -> DataFrame:
     result = frames[0]
     for frame in frames[1:]:
         result = result.unionByName(frame)

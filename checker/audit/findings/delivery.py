@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from checker.audit.records import literal_map
 from outbox.protocol.states import OpState
 
 COMMIT = OpState.COMMIT.value
@@ -48,8 +49,7 @@ def _committed_past_grace(
     )
     emptied: Column = F.lit(False)
     if complete_since_ms:
-        pairs = [F.lit(x) for t, ms in sorted(complete_since_ms.items()) for x in (t, ms)]
-        since = F.create_map(*pairs)
+        since = literal_map(complete_since_ms)
         # known from its op alone, its real topics are not: any of those read may hold it
         latest = F.lit(max(complete_since_ms.values()))
         emptied = F.when(F.col("real_topics").isNull(), latest > F.col("decision_ms")).otherwise(
@@ -100,8 +100,7 @@ def superseded(
     ``delete.retention.ms`` takes the key with it: docs/audit.md).
     """
     compacted = sorted(compactable_before_ms)
-    pairs = [F.lit(x) for t, ms in sorted(compactable_before_ms.items()) for x in (t, ms)]
-    before = F.try_element_at(F.create_map(*pairs), F.col("topic"))
+    before = F.try_element_at(literal_map(compactable_before_ms), F.col("topic"))
     latest = (
         promoted.filter(F.col("topic").isin(*compacted) & F.col("key").isNotNull())
         .groupBy("topic", "key")
