@@ -8,8 +8,10 @@ reported within ``timeout_s`` instead of after the source's retries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
+
+from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 
 from checker.audit.errors import AuditSourceError
 
@@ -26,19 +28,44 @@ def topic_partitions(
 ) -> dict[str, int]:
     """Partition counts of those of ``topics`` that exist (missing ones are left out).
 
+    Each topic is described by name, not looked up in the list of all topics: Kafka leaves the
+    topics a principal may not describe out of that list, and a real topic taken for missing
+    makes every COMMIT to it ``lost``. A topic the audit may not see is an error instead.
+
     Raises:
-        AuditSourceError: Kafka did not answer within ``timeout_s``.
+        AuditSourceError: Kafka did not answer within ``timeout_s``, or refused (see
+            :func:`failure_text`).
     """
+    wanted = sorted(set(topics))
+    if not wanted:
+        return {}
 
     def ask(admin: Any, wait: Callable[[Any], Any]) -> dict[str, int]:
-        names = set(wait(admin.listTopics().names()))
-        wanted = sorted(set(topics) & names)
-        if not wanted:
-            return {}
-        described = wait(admin.describeTopics(wanted).allTopicNames())
-        return {t: int(described.get(t).partitions().size()) for t in wanted}
+        described = admin.describeTopics(wanted).topicNameValues()
+        found: dict[str, int] = {}
+        failed: dict[str, Any] = {}
+        for topic in wanted:
+            try:
+                found[topic] = int(wait(described.get(topic)).partitions().size())
+            except Py4JJavaError as err:
+                cause = _cause(err)
+                if "UnknownTopicOrPartitionException" not in _simple_names(cause):
+                    failed[topic] = cause
+        if failed:  # Kafka's refusal names no topic: these do
+            cause = next(iter(failed.values()))
+            raise AuditSourceError(
+                failure_text(
+                    _class_names(cause),
+                    str(cause.toString()),
+                    bootstrap_servers=bootstrap_servers,
+                    timeout_s=timeout_s,
+                    operation="Describe",
+                    topics=sorted(failed),
+                )
+            )
+        return found
 
-    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask)
+    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "Describe")
 
 
 def held_offsets(
@@ -55,7 +82,8 @@ def held_offsets(
     operator's ``kafka-delete-records``).
 
     Raises:
-        AuditSourceError: Kafka did not answer within ``timeout_s``.
+        AuditSourceError: Kafka did not answer within ``timeout_s``, or refused (see
+            :func:`failure_text`).
     """
     wanted = {t: n for t, n in partitions.items() if n > 0}
     if not wanted:
@@ -78,7 +106,7 @@ def held_offsets(
             t: {p: (o["start"], o["end"]) for p, o in sorted(ps.items())} for t, ps in found.items()
         }
 
-    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask)
+    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "Describe")
 
 
 def topic_configs(
@@ -94,7 +122,8 @@ def topic_configs(
     as the brokers apply them (a topic's own value, else the broker's default).
 
     Raises:
-        AuditSourceError: Kafka did not answer within ``timeout_s``.
+        AuditSourceError: Kafka did not answer within ``timeout_s``, or refused (see
+            :func:`failure_text`).
     """
     wanted, keys = sorted(set(topics)), sorted(set(names))
     if not wanted:
@@ -118,7 +147,7 @@ def topic_configs(
                     values[name] = str(entry.value())
         return found
 
-    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask)
+    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "DescribeConfigs")
 
 
 def is_compacted(config: Mapping[str, str]) -> bool:
@@ -134,11 +163,11 @@ def _with_admin(
     kafka: Mapping[str, Any],
     timeout_s: float,
     ask: Callable[[Any, Callable[[Any], Any]], _T],
+    operation: str,
 ) -> _T:
     """``ask(admin, wait)`` with a Java Admin client (closed after), ``wait`` taking a
-    KafkaFuture's value within the timeout; failures as :class:`AuditSourceError`."""
-    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
-
+    KafkaFuture's value within the timeout; failures as :class:`AuditSourceError` worded by
+    :func:`failure_text` (``operation``: the ACL operation the request needs on the topics)."""
     jvm = spark.sparkContext._jvm
     timeout_ms = str(int(timeout_s * 1000))
     props = jvm.java.util.Properties()
@@ -153,10 +182,75 @@ def _with_admin(
     try:
         return ask(admin, lambda future: future.get(limit, seconds))
     except Py4JJavaError as err:
-        cause = err.java_exception.getCause() or err.java_exception
+        cause = _cause(err)
         raise AuditSourceError(
-            f"Kafka at {bootstrap_servers} did not answer within {timeout_s:.0f} s "
-            f"({cause.toString()}); check --bootstrap-servers and the network"
+            failure_text(
+                _class_names(cause),
+                str(cause.toString()),
+                bootstrap_servers=bootstrap_servers,
+                timeout_s=timeout_s,
+                operation=operation,
+            )
         ) from err
     finally:
         admin.close(jvm.java.time.Duration.ofSeconds(5))
+
+
+def failure_text(
+    classes: Sequence[str],
+    cause: str,
+    *,
+    bootstrap_servers: str,
+    timeout_s: float,
+    operation: str,
+    topics: Sequence[str] = (),
+) -> str:
+    """What to tell the operator about an Admin request that failed with ``cause``, an
+    exception whose class and superclasses are ``classes`` (fully qualified names): a timeout
+    is a network or address problem, a refused permission or login is not, and saying "did not
+    answer" of those sends the operator to the wrong place. ``operation`` is the ACL operation
+    the request needs, on ``topics`` (all those it asked about when none are named)."""
+    simple = _simple(classes)
+    on = ", ".join(topics) if topics else "the topics"
+    if "AuthorizationException" in simple:
+        return (
+            f"Kafka at {bootstrap_servers} refused the audit's request on {on} ({cause}); grant "
+            f"the audit's principal {operation} and Read on {on}, or run it as one that has them"
+        )
+    if "AuthenticationException" in simple:
+        return (
+            f"Kafka at {bootstrap_servers} did not accept the audit's login ({cause}); check "
+            "its security settings (security.protocol, sasl.*, ssl.*) in --command-config, "
+            "--kafka-option or OUTBOX_AUDIT_KAFKA__*"
+        )
+    if "TimeoutException" in simple:
+        return (
+            f"Kafka at {bootstrap_servers} did not answer within {timeout_s:.0f} s ({cause}); "
+            "check --bootstrap-servers and the network"
+        )
+    return (
+        f"Kafka at {bootstrap_servers} answered the audit's request on {on} with an error: {cause}"
+    )
+
+
+def _class_names(exception: Any) -> list[str]:
+    """The Java class of ``exception`` and its superclasses, fully qualified."""
+    names: list[str] = []
+    kind = exception.getClass()
+    while kind is not None:
+        names.append(str(kind.getName()))
+        kind = kind.getSuperclass()
+    return names
+
+
+def _cause(err: Any) -> Any:
+    """The Java exception behind a Py4J error (a KafkaFuture's ExecutionException unwrapped)."""
+    return err.java_exception.getCause() or err.java_exception
+
+
+def _simple_names(exception: Any) -> set[str]:
+    return _simple(_class_names(exception))
+
+
+def _simple(classes: Sequence[str]) -> set[str]:
+    return {c.rsplit(".", 1)[-1] for c in classes}

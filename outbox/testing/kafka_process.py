@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import shutil
 import subprocess
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -22,35 +23,45 @@ from outbox.testing.settings import HarnessSettings
 HEAP = "-Xmx768m"
 
 
-def server_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
+def server_properties(
+    *,
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    extra: Mapping[str, str] | None = None,
+) -> str:
     """A combined broker+controller config with replication factor 1 everywhere.
 
     A single broker needs factor 1 and min ISR 1 for the offsets and transaction-state topics or
-    ``init_transactions()`` never completes.
+    ``init_transactions()`` never completes. ``extra`` adds settings or replaces these (a second
+    listener, an authorizer); ``{port}`` and ``{controller_port}`` in its values are this
+    broker's.
     """
-    return "\n".join(
-        [
-            "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            f"log.dirs={log_dir}",
-            "num.partitions=1",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=4",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "transaction.state.log.num.partitions=4",
-            "group.initial.rebalance.delay.ms=0",
-            "auto.create.topics.enable=true",
-            "log.cleaner.backoff.ms=1000",
-            "",
-        ]
-    )
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+        "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        "log.dirs": str(log_dir),
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "4",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "4",
+        "group.initial.rebalance.delay.ms": "0",
+        "auto.create.topics.enable": "true",
+        "log.cleaner.backoff.ms": "1000",
+    }
+    for key, value in (extra or {}).items():
+        settings[key] = value.replace("{port}", str(port)).replace(
+            "{controller_port}", str(controller_port)
+        )
+    return "\n".join([*(f"{k}={v}" for k, v in settings.items()), ""])
 
 
 class KafkaProcess:
@@ -63,8 +74,12 @@ class KafkaProcess:
         *,
         jars_dir: Path | None = None,
         heap: str = HEAP,
+        extra_properties: Mapping[str, str] | None = None,
     ) -> None:
+        """``extra_properties``: broker settings added to or replacing the defaults
+        (:func:`server_properties`)."""
         self.settings = settings
+        self.extra_properties = dict(extra_properties or {})
         self.classpath = settings.kafka_classpath(jars_dir)
         self.heap = heap
         self.java = shutil.which("java")
@@ -99,7 +114,12 @@ class KafkaProcess:
     def format(self) -> None:
         data = self.workdir / "data"
         self.config.write_text(
-            server_properties(port=self.port, controller_port=self.controller_port, log_dir=data)
+            server_properties(
+                port=self.port,
+                controller_port=self.controller_port,
+                log_dir=data,
+                extra=self.extra_properties,
+            )
         )
         cluster_id = _run(self._java("kafka.tools.StorageTool", "random-uuid", log=self.log_file))
         _run(
