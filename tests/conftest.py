@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from outbox.testing import HarnessSettings
 from tests import logged_clients
+
+if TYPE_CHECKING:
+    from tests.acl_kafka import AclKafka
 
 logged_clients.install()  # before any test module imports confluent_kafka's clients
 
@@ -48,6 +52,18 @@ def spark(harness_settings: HarnessSettings) -> Iterator[object]:
     session.sparkContext.setLogLevel("WARN")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def acl_broker(
+    harness_settings: HarnessSettings, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AclKafka]:
+    """A broker of its own that enforces ACLs (tests/acl_kafka.py), for the tests that run a
+    service as a principal a cluster's ACLs limit; started by the first test that asks."""
+    from tests.acl_kafka import acl_kafka
+
+    with acl_kafka(harness_settings, tmp_path_factory.mktemp("acl-broker")) as broker:
+        yield broker
 
 
 # Fixtures shared by the producer, relay and checker tests.

@@ -8,6 +8,8 @@ reported within ``timeout_s`` instead of after the source's retries.
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -16,6 +18,9 @@ from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 from checker.audit.errors import AuditSourceError
 
 _T = TypeVar("_T")
+
+#: Kafka's rule for a topic name (Java's ``org.apache.kafka.common.internals.Topic``).
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 def topic_partitions(
@@ -30,42 +35,54 @@ def topic_partitions(
 
     Each topic is described by name, not looked up in the list of all topics: Kafka leaves the
     topics a principal may not describe out of that list, and a real topic taken for missing
-    makes every COMMIT to it ``lost``. A topic the audit may not see is an error instead.
+    makes every COMMIT to it ``lost``. A topic the audit may not see is an error instead. A
+    name Kafka does not allow (a producer not ours wrote it in a half record) is missing: no
+    topic can hold its records.
 
     Raises:
         AuditSourceError: Kafka did not answer within ``timeout_s``, or refused (see
             :func:`failure_text`).
     """
-    wanted = sorted(set(topics))
+    wanted = sorted(t for t in set(topics) if _LEGAL_TOPIC.match(t) and t not in (".", ".."))
     if not wanted:
         return {}
 
     def ask(admin: Any, wait: Callable[[Any], Any]) -> dict[str, int]:
         described = admin.describeTopics(wanted).topicNameValues()
         found: dict[str, int] = {}
-        failed: dict[str, Any] = {}
+        failed: dict[str, list[str]] = {}  # topic -> its exception's classes
+        causes: dict[str, str] = {}
         for topic in wanted:
             try:
                 found[topic] = int(wait(described.get(topic)).partitions().size())
             except Py4JJavaError as err:
                 cause = _cause(err)
-                if "UnknownTopicOrPartitionException" not in _simple_names(cause):
-                    failed[topic] = cause
-        if failed:  # Kafka's refusal names no topic: these do
-            cause = next(iter(failed.values()))
+                classes = _class_names(cause)
+                if not _simple(classes) & {
+                    "UnknownTopicOrPartitionException",
+                    "InvalidTopicException",
+                }:
+                    failed[topic], causes[topic] = classes, str(cause.toString())
+        if failed:  # Kafka's refusal names no topic: these do, one sentence per cause
+            by_cause: dict[str, list[str]] = {}
+            for topic in sorted(failed):
+                by_cause.setdefault(failed[topic][0], []).append(topic)
             raise AuditSourceError(
-                failure_text(
-                    _class_names(cause),
-                    str(cause.toString()),
-                    bootstrap_servers=bootstrap_servers,
-                    timeout_s=timeout_s,
-                    operation="Describe",
-                    topics=sorted(failed),
+                " ".join(
+                    failure_text(
+                        failed[named[0]],
+                        causes[named[0]],
+                        bootstrap_servers=bootstrap_servers,
+                        timeout_s=timeout_s,
+                        operation="Describe",
+                        topics=named,
+                    )
+                    for named in by_cause.values()
                 )
             )
         return found
 
-    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "Describe")
+    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "Describe", wanted)
 
 
 def held_offsets(
@@ -106,7 +123,7 @@ def held_offsets(
             t: {p: (o["start"], o["end"]) for p, o in sorted(ps.items())} for t, ps in found.items()
         }
 
-    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "Describe")
+    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "Describe", sorted(wanted))
 
 
 def topic_configs(
@@ -147,7 +164,7 @@ def topic_configs(
                     values[name] = str(entry.value())
         return found
 
-    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "DescribeConfigs")
+    return _with_admin(spark, bootstrap_servers, kafka, timeout_s, ask, "DescribeConfigs", wanted)
 
 
 def is_compacted(config: Mapping[str, str]) -> bool:
@@ -164,10 +181,12 @@ def _with_admin(
     timeout_s: float,
     ask: Callable[[Any, Callable[[Any], Any]], _T],
     operation: str,
+    topics: Sequence[str],
 ) -> _T:
     """``ask(admin, wait)`` with a Java Admin client (closed after), ``wait`` taking a
-    KafkaFuture's value within the timeout; failures as :class:`AuditSourceError` worded by
-    :func:`failure_text` (``operation``: the ACL operation the request needs on the topics)."""
+    KafkaFuture's value by one deadline ``timeout_s`` away, however many it waits for; failures
+    as :class:`AuditSourceError` worded by :func:`failure_text` (``operation``: the ACL
+    operation the request needs on ``topics``)."""
     jvm = spark.sparkContext._jvm
     timeout_ms = str(int(timeout_s * 1000))
     props = jvm.java.util.Properties()
@@ -176,11 +195,15 @@ def _with_admin(
     settings.setdefault("request.timeout.ms", timeout_ms)
     for key, value in settings.items():
         props.setProperty(str(key), str(value))
-    seconds = jvm.java.util.concurrent.TimeUnit.SECONDS
-    limit = max(1, int(timeout_s))
+    millis = jvm.java.util.concurrent.TimeUnit.MILLISECONDS
+    deadline = time.monotonic() + max(1.0, timeout_s)
+
+    def wait(future: Any) -> Any:
+        return future.get(max(1, int((deadline - time.monotonic()) * 1000)), millis)
+
     admin = jvm.org.apache.kafka.clients.admin.Admin.create(props)
     try:
-        return ask(admin, lambda future: future.get(limit, seconds))
+        return ask(admin, wait)
     except Py4JJavaError as err:
         cause = _cause(err)
         raise AuditSourceError(
@@ -190,6 +213,7 @@ def _with_admin(
                 bootstrap_servers=bootstrap_servers,
                 timeout_s=timeout_s,
                 operation=operation,
+                topics=topics,
             )
         ) from err
     finally:
@@ -212,10 +236,16 @@ def failure_text(
     the request needs, on ``topics`` (all those it asked about when none are named)."""
     simple = _simple(classes)
     on = ", ".join(topics) if topics else "the topics"
-    if "AuthorizationException" in simple:
+    if "TopicAuthorizationException" in simple:
+        also = " and Read" if operation == "Describe" else ""  # the audit reads what it describes
         return (
             f"Kafka at {bootstrap_servers} refused the audit's request on {on} ({cause}); grant "
-            f"the audit's principal {operation} and Read on {on}, or run it as one that has them"
+            f"the audit's principal {operation}{also} on {on}, or run it as one that has it"
+        )
+    if "AuthorizationException" in simple:
+        return (
+            f"Kafka at {bootstrap_servers} refused the audit's request ({cause}); grant the "
+            "audit's principal the permission Kafka names, or run it as one that has it"
         )
     if "AuthenticationException" in simple:
         return (
@@ -248,9 +278,7 @@ def _cause(err: Any) -> Any:
     return err.java_exception.getCause() or err.java_exception
 
 
-def _simple_names(exception: Any) -> set[str]:
-    return _simple(_class_names(exception))
-
-
 def _simple(classes: Sequence[str]) -> set[str]:
+    """The classes' names without their packages: Kafka's errors are matched by name, as the
+    Java classes are not importable here."""
     return {c.rsplit(".", 1)[-1] for c in classes}

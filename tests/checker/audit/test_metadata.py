@@ -9,32 +9,35 @@ from checker.audit.metadata import failure_text
 KAFKA = "org.apache.kafka.common.errors."
 
 
-def text(*classes: str, topics: tuple[str, ...] = ()) -> str:
+def text(*classes: str, operation: str = "DescribeConfigs", topics: tuple[str, ...] = ()) -> str:
     return failure_text(
         [*classes, "java.lang.RuntimeException", "java.lang.Exception", "java.lang.Object"],
         f"{classes[0]}: the broker's words",
         bootstrap_servers="kafka:9092",
         timeout_s=15,
-        operation="DescribeConfigs",
+        operation=operation,
         topics=topics,
     )
 
 
-@pytest.mark.parametrize(
-    "classes",
-    [
-        (KAFKA + "TopicAuthorizationException", KAFKA + "AuthorizationException"),
-        (KAFKA + "ClusterAuthorizationException", KAFKA + "AuthorizationException"),
-    ],
-)
-def test_a_refused_permission_names_the_acl_to_grant(classes: tuple[str, ...]) -> None:
-    said = text(*classes, KAFKA + "ApiException")
-    assert said.startswith("Kafka at kafka:9092 refused the audit's request on the topics")
-    assert "grant the audit's principal DescribeConfigs and Read on the topics" in said
+TOPIC_REFUSED = (KAFKA + "TopicAuthorizationException", KAFKA + "AuthorizationException")
+
+
+def test_a_refused_topic_permission_names_the_acl_and_the_topics() -> None:
+    said = text(*TOPIC_REFUSED, KAFKA + "ApiException", topics=("orders", "payments"))
+    assert said.startswith("Kafka at kafka:9092 refused the audit's request on orders, payments")
+    assert "grant the audit's principal DescribeConfigs on orders, payments," in said
     assert "the broker's words" in said and "did not answer" not in said
-    named = text(*classes, topics=("orders", "payments"))
-    assert "refused the audit's request on orders, payments" in named
-    assert "DescribeConfigs and Read on orders, payments" in named
+    # what it describes it reads too; the settings it only describes
+    described = text(*TOPIC_REFUSED, operation="Describe", topics=("orders",))
+    assert "grant the audit's principal Describe and Read on orders," in described
+    assert "on the topics" in text(*TOPIC_REFUSED)
+
+
+def test_another_refused_permission_points_at_what_kafka_names() -> None:
+    said = text(KAFKA + "ClusterAuthorizationException", KAFKA + "AuthorizationException")
+    assert "refused the audit's request (" in said and "the permission Kafka names" in said
+    assert "DescribeConfigs" not in said and "did not answer" not in said
 
 
 def test_a_refused_login_points_at_the_security_settings() -> None:
