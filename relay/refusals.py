@@ -1,11 +1,12 @@
 """Which COMMITs wait (are *parked*) instead of being promoted now, and when they are tried again.
 
-A COMMIT is parked when a real topic of its records does not exist (the relay goes on with the
-other transactions, and retries it each batch) or refused a record of it for what the record is
-(too large, invalid, not allowed): that refusal aborted a batch, and the batch is redone without
-the transaction, which is retried after ``park_retry_s``. The broker refuses a record batch as a
-whole, so transactions refused together are retried one a batch, the longest refused first: the
-others get through, and the one at fault, refused again, goes to the back of the line.
+A COMMIT is parked when a real topic of its records does not exist or the relay may not write to
+it (the relay goes on with the other transactions, and retries it each batch) or refused a record
+of it for what the record is (too large, invalid, not allowed): that refusal aborted a batch, and
+the batch is redone without the transaction, which is retried after ``park_retry_s``. The broker
+refuses a record batch as a whole, so transactions refused together are retried one a batch, the
+longest refused first: the others get through, and the one at fault, refused again, goes to the
+back of the line.
 """
 
 from __future__ import annotations
@@ -50,9 +51,11 @@ def refuses_the_record(error: KafkaError) -> bool:
 
 
 class Topics(Protocol):
-    """Which real topics exist (:class:`relay.topic_cache.TopicCache`)."""
+    """Which real topics the relay can write to (:class:`relay.topic_cache.TopicCache`)."""
 
-    def exists(self, topic: str) -> bool: ...
+    def unwritable(self, topic: str) -> str | None:
+        """None when the relay can write to ``topic``; else why not, and what to do."""
+        ...
 
 
 class Refusals:
@@ -118,8 +121,9 @@ class Refusals:
 
     def _why_not_by_name(self, topics: Topics, op: OpRecord, names: Iterable[str]) -> str | None:
         for topic in names:
-            if not topics.exists(topic):
-                return f"topic {topic} does not exist (set auto_create_topics to create it)"
+            why = topics.unwritable(topic)
+            if why is not None:
+                return why
         if not self.refused:
             return None
         refused = self.refused.get(op.txn_id)

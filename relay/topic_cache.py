@@ -1,23 +1,37 @@
-"""Which real topics exist, so a COMMIT for a missing topic is parked instead of aborting a
-whole Kafka transaction (or, with the broker's auto-create on, creating topics by accident)."""
+"""Which real topics the relay can write to, so a COMMIT for a missing topic, or one the relay's
+principal may not write to, is parked instead of aborting a whole Kafka transaction (or, with
+the broker's auto-create on, creating topics by accident).
+
+A topic the principal may describe but not write to would pass a look at the topic list, and
+the broker would refuse it only when the relay adds it to a Kafka transaction: that refusal
+names no record, so every batch of the instance would be aborted and redone until the ACL is
+granted. So a topic is also described with the operations Kafka says the principal may do on it
+(KIP-430's authorized operations), once when the relay first writes to it and again at each
+refresh of the list.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import Any
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from outbox.kafka_logging import log_to_python
 
 log = logging.getLogger("relay")
 
+#: The operations that let a principal write to a topic (ALL, when a broker reports it as such).
+_WRITES = frozenset({AclOperation.WRITE, AclOperation.ALL})
+
 
 class TopicCache:
     """Topic names from cluster metadata, refreshed every ``refresh_s`` and, at most every
-    ``miss_refresh_s``, when a name is not found."""
+    ``miss_refresh_s``, when a name is not found; and whether the relay may write to each topic
+    it asks about, asked again at most every ``miss_refresh_s`` while it may not."""
 
     def __init__(
         self,
@@ -34,19 +48,36 @@ class TopicCache:
         self.auto_create = auto_create
         self.auto_create_partitions = auto_create_partitions
         self._topics: set[str] = set()
+        self._writable: set[str] = set()  # asked about, and the relay may write to them
+        self._denied: dict[str, float] = {}  # asked about, and it may not: since when
         self._at = float("-inf")
 
-    def exists(self, topic: str) -> bool:
+    def unwritable(self, topic: str) -> str | None:
+        """None when the relay can write to ``topic`` now; else why not, and what to do."""
         now = time.monotonic()
-        if topic in self._topics and now - self._at <= self.refresh_s:
-            return True  # the hot path: once per promoted record
+        if topic in self._writable and now - self._at <= self.refresh_s:
+            return None  # the hot path: once per promoted record
         if now - self._at > self.refresh_s or (
             topic not in self._topics and now - self._at > self.miss_refresh_s
         ):
             self._refresh()
         if topic not in self._topics and self.auto_create:
             self._create(topic)
-        return topic in self._topics
+        if topic not in self._topics:
+            return (
+                f"topic {topic} does not exist, or the relay may not see it: create it (or set "
+                "auto_create_topics), or grant the relay's principal Write on it"
+            )
+        if topic in self._writable:
+            return None
+        denied = self._denied.get(topic)
+        if denied is None or now - denied > self.miss_refresh_s:
+            if self._may_write([topic]):
+                self._writable.add(topic)
+                self._denied.pop(topic, None)
+                return None
+            self._denied[topic] = now
+        return f"the relay may not write to topic {topic}: grant the relay's principal Write on it"
 
     def _refresh(self) -> None:
         try:
@@ -58,6 +89,35 @@ class TopicCache:
             self._admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
         self._topics = {n for n, t in metadata.topics.items() if t.error is None}
         self._at = time.monotonic()
+        # an ACL taken away since: asked again, all in one request
+        known = sorted(self._writable & self._topics)
+        self._writable = self._may_write(known) if known else set()
+
+    def _may_write(self, topics: Iterable[str]) -> set[str]:
+        """Those of ``topics`` the relay may write to, by the operations Kafka reports for its
+        principal. When Kafka does not say (a broker before 2.3, an error), a topic counts as
+        writable: the write itself then tells, as it did before this look."""
+        names = list(topics)
+        try:
+            futures = self._admin.describe_topics(
+                TopicCollection(names), request_timeout=10, include_authorized_operations=True
+            )
+            allowed: set[str] = set()
+            for name, future in futures.items():
+                try:
+                    operations = future.result(timeout=10).authorized_operations
+                except KafkaException as err:
+                    log.warning("cannot describe topic %s: %s", name, err)
+                    allowed.add(name)
+                    continue
+                if operations is None or _WRITES & set(operations):
+                    allowed.add(name)
+            return allowed
+        except (KafkaException, TimeoutError) as err:
+            log.warning("cannot describe topics %s: %s", ", ".join(names), err)
+            return set(names)
+        finally:
+            self._admin.poll(0)
 
     def _create(self, topic: str) -> None:
         new = NewTopic(topic, num_partitions=self.auto_create_partitions, replication_factor=-1)

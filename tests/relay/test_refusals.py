@@ -39,10 +39,10 @@ def test_a_broker_or_transaction_failure_parks_nothing_so_per_key_order_holds(co
 
 
 class Everything:
-    """Every real topic exists."""
+    """Every real topic exists, and the relay may write to it."""
 
-    def exists(self, topic: str) -> bool:
-        return True
+    def unwritable(self, topic: str) -> str | None:
+        return None
 
 
 def commit(txn_id: str) -> tuple[OpRecord, tuple[HalfRecord, ...]]:

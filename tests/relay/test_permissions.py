@@ -1,0 +1,107 @@
+"""The relay run as a principal a cluster's ACLs limit (tests/acl_kafka.py: Kafka's own
+``StandardAuthorizer``, SASL PLAIN).
+
+The ACLs docs/relay.md asks for the relay's principal are granted on the outbox's topics; the
+real topics are granted one by one, as a platform team does. A real topic the relay may not
+write to must cost nothing but that topic's transactions waiting: nothing lost, nothing
+delivered twice, the other topics' transactions flowing, and a log line that says what to grant.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
+
+from outbox.protocol import OpState
+from relay import RelaySettings
+from tests.acl_kafka import AclKafka
+from tests.kafka_helpers import create_topic, unique
+from tests.relay.harness import wait_for
+from tests.relay.test_relay import RelayThread, Stream, delivered, expected, read_topic
+
+pytestmark = pytest.mark.integration
+
+RELAY = "relay"
+
+
+def grant_the_relay(broker: AclKafka, stream: Stream) -> None:
+    """What docs/relay.md, "Kafka permissions", asks for the relay's principal."""
+    prefix = f"{stream.settings.topic_prefix}-"
+    broker.allow(
+        RELAY,
+        ResourceType.TOPIC,
+        prefix,
+        AclOperation.READ,
+        AclOperation.WRITE,
+        AclOperation.DESCRIBE,
+    )
+    broker.allow(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
+    broker.allow(
+        RELAY, ResourceType.TRANSACTIONAL_ID, "*", AclOperation.WRITE, AclOperation.DESCRIBE
+    )
+    broker.allow(RELAY, ResourceType.TOPIC, stream.real_topic, AclOperation.WRITE)
+
+
+def relay_as_its_principal(broker: AclKafka, stream: Stream) -> RelayThread:
+    return RelayThread(
+        RelaySettings(
+            bootstrap_servers=broker.sasl,
+            topic_prefix=stream.settings.topic_prefix,
+            group_id=unique("relay"),
+            topic_refresh_s=1,
+            park_retry_s=1,
+            kafka=broker.librdkafka_login(RELAY),
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "granted",
+    [(), (AclOperation.DESCRIBE,)],
+    ids=["no-acl-on-the-topic", "describe-but-not-write"],
+)
+def test_a_real_topic_the_relay_may_not_write_to_holds_its_transactions_alone_until_granted(
+    acl_broker: AclKafka,
+    granted: tuple[AclOperation, ...],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    stream = Stream(acl_broker.plain, unique("__outbox-acl-relay"))
+    locked = unique("locked-orders")
+    create_topic(acl_broker.plain, locked, partitions=1)
+    grant_the_relay(acl_broker, stream)
+    if granted:
+        acl_broker.allow(RELAY, ResourceType.TOPIC, locked, *granted)
+    caplog.set_level(logging.WARNING, logger="relay")
+    relay = relay_as_its_principal(acl_broker, stream)
+    try:
+        # Given a committed transaction to a topic the relay may not write to, before others
+        # to a topic it may, one on the same key
+        real = stream.real_topic
+        stream.real_topic = locked
+        stream.write([(b"same-key", 1, OpState.COMMIT)])
+        [held] = list(stream.committed)
+        stream.real_topic = real
+        del stream.committed[held]
+        stream.write([(b"same-key", 1, OpState.COMMIT), (b"other", 2, OpState.COMMIT)])
+        # Then the others are promoted, once, and it waits, with nothing of it on its topic
+        wait_for(lambda: set(delivered(acl_broker.plain, stream)) >= expected(stream), 60, "them")
+        assert set(delivered(acl_broker.plain, stream).values()) == {1}
+        assert read_topic(acl_broker.plain, locked) == []
+        wait_for(lambda: f"transaction {held} parked" in caplog.text, 30, "its log line")
+        line = next(r.getMessage() for r in caplog.records if held in r.getMessage())
+        assert locked in line and "grant the relay's principal" in line and "Write" in line
+        # When the ACL is granted, it is promoted, once; the others stay once
+        others = delivered(acl_broker.plain, stream)
+        acl_broker.allow(RELAY, ResourceType.TOPIC, locked, AclOperation.WRITE)
+        stream.real_topic, stream.committed = locked, {held: 1}
+        wait_for(lambda: set(delivered(acl_broker.plain, stream)) == {(held, 0)}, 60, "it")
+        time.sleep(1)
+        assert list(delivered(acl_broker.plain, stream).values()) == [1]
+        stream.real_topic = real
+        assert delivered(acl_broker.plain, stream) == others
+        wait_for(lambda: relay.relay.stats()["parked"] == 0, 30, "no parked transaction")
+    finally:
+        relay.stop()
