@@ -28,6 +28,7 @@ from outbox.errors import OutboxError
 from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
 from relay.accounting import Accounting
+from relay.clients import admin_config
 from relay.flow_control import FlowControl
 from relay.log_ends import LogEnds
 from relay.metrics import RelayMetrics
@@ -37,6 +38,7 @@ from relay.restart import Restart
 from relay.session import Session
 from relay.settings import RelaySettings
 from relay.state import PartitionState
+from relay.topic_cache import TopicCache
 from relay.writer import Writer
 
 log = logging.getLogger("relay")
@@ -75,6 +77,7 @@ class Relay:
         self.metrics = RelayMetrics(self.accounting, self.partitions, self.clock)
         self._closed = threading.Event()
         self._http: ServiceEndpoint | None = None
+        self._topics: TopicCache | None = None  # made by the first session, kept after it
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -103,6 +106,14 @@ class Relay:
         The failure is let go of before the pause: its traceback holds the session's clients.
         """
         self.sessions += 1
+        if self._topics is None:
+            self._topics = TopicCache(
+                admin_config(self.settings),
+                refresh_s=self.settings.topic_refresh_s,
+                auto_create=self.settings.auto_create_topics,
+                auto_create_partitions=self.settings.auto_create_partitions,
+                touch=self.health.touch,
+            )
         session = Session(
             self.settings,
             self.partitions,
@@ -115,6 +126,7 @@ class Relay:
             health=self.health,
             commit_seconds=self.metrics.commit_seconds,
             clock=self.clock,
+            topics=self._topics,
         )
         try:
             session.run()

@@ -25,7 +25,7 @@ from outbox.service_health import Health
 from outbox.watermarks import Watermarks
 from relay.accounting import Accounting
 from relay.batch import BatchCommitter
-from relay.clients import admin_config, base_config, consumer_config, producer_config
+from relay.clients import base_config, consumer_config, producer_config
 from relay.flow_control import FlowControl
 from relay.log_ends import LogEnds
 from relay.op_retention import from_op_log_start
@@ -62,7 +62,10 @@ class Session:
         health: Health,
         commit_seconds: Histogram,
         clock: BrokerClock,
+        topics: TopicCache,
     ) -> None:
+        """``topics``: the relay's, kept across sessions: what it learnt of the real topics
+        (which exist, which it may write to) outlives a session's clients."""
         self.settings = settings
         self.names = settings.topics
         self.partitions = partitions
@@ -75,6 +78,7 @@ class Session:
         self.health = health
         self.commit_seconds = commit_seconds
         self.clock = clock
+        self.topics = topics
 
     def run(self) -> None:
         """Until ``closed`` is set (the open batch is committed first) or the clients fail.
@@ -89,12 +93,7 @@ class Session:
         history = OpHistory(config, self.names.op)
         fetcher = HalfFetcher(config, self.names.half)
         watermarks = Watermarks(config)
-        topics = TopicCache(
-            admin_config(settings),
-            refresh_s=settings.topic_refresh_s,
-            auto_create=settings.auto_create_topics,
-            auto_create_partitions=settings.auto_create_partitions,
-        )
+        topics = self.topics
         rebuilder = Rebuilder(
             history, settings, self.health.touch, config=config, watermarks=watermarks
         )

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from outbox.kafka_logging import log_to_python
@@ -31,7 +31,14 @@ _WRITES = frozenset({AclOperation.WRITE, AclOperation.ALL})
 class TopicCache:
     """Topic names from cluster metadata, refreshed every ``refresh_s`` and, at most every
     ``miss_refresh_s``, when a name is not found; and whether the relay may write to each topic
-    it asks about, asked again at most every ``miss_refresh_s`` while it may not."""
+    it asks about: asked once, again at each full refresh (all in one request), and at most
+    every ``miss_refresh_s`` while it may not.
+
+    The relay keeps one for its life, across sessions (a session ends at every aborted batch).
+    ``admin`` is the client to ask (default: one made from ``config``), ``touch`` is called
+    after each request (the relay's liveness: a slow authorizer must not look like a hung
+    relay), ``clock`` is monotonic seconds.
+    """
 
     def __init__(
         self,
@@ -41,12 +48,17 @@ class TopicCache:
         miss_refresh_s: float = 5.0,
         auto_create: bool = False,
         auto_create_partitions: int = -1,
+        admin: Any = None,
+        touch: Callable[[], None] = lambda: None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._admin = AdminClient(log_to_python(config))
+        self._admin = admin if admin is not None else AdminClient(log_to_python(config))
         self.refresh_s = refresh_s
         self.miss_refresh_s = miss_refresh_s
         self.auto_create = auto_create
         self.auto_create_partitions = auto_create_partitions
+        self._touch = touch
+        self._clock = clock
         self._topics: set[str] = set()
         self._writable: set[str] = set()  # asked about, and the relay may write to them
         self._denied: dict[str, float] = {}  # asked about, and it may not: since when
@@ -54,32 +66,41 @@ class TopicCache:
 
     def unwritable(self, topic: str) -> str | None:
         """None when the relay can write to ``topic`` now; else why not, and what to do."""
-        now = time.monotonic()
+        now = self._clock()
         if topic in self._writable and now - self._at <= self.refresh_s:
             return None  # the hot path: once per promoted record
-        if now - self._at > self.refresh_s or (
-            topic not in self._topics and now - self._at > self.miss_refresh_s
-        ):
-            self._refresh()
+        if now - self._at > self.refresh_s:
+            self._refresh(full=True)
+        elif topic not in self._topics and now - self._at > self.miss_refresh_s:
+            self._refresh(full=False)
         if topic not in self._topics and self.auto_create:
             self._create(topic)
+        if topic in self._topics and topic not in self._writable and self._ask_again(topic, now):
+            if self._may_write([topic]):
+                self._writable.add(topic)
+                self._denied.pop(topic, None)
+            elif topic in self._topics:  # (one Kafka no longer knows has left the list)
+                self._denied[topic] = now
         if topic not in self._topics:
             return (
                 f"topic {topic} does not exist, or the relay may not see it: create it (or set "
                 "auto_create_topics), or grant the relay's principal Write on it"
             )
-        if topic in self._writable:
-            return None
-        denied = self._denied.get(topic)
-        if denied is None or now - denied > self.miss_refresh_s:
-            if self._may_write([topic]):
-                self._writable.add(topic)
-                self._denied.pop(topic, None)
-                return None
-            self._denied[topic] = now
-        return f"the relay may not write to topic {topic}: grant the relay's principal Write on it"
+        if topic not in self._writable:
+            return (
+                f"the relay may not write to topic {topic}: grant the relay's principal Write on it"
+            )
+        return None
 
-    def _refresh(self) -> None:
+    def _ask_again(self, topic: str, now: float) -> bool:
+        """Whether to ask Kafka whether the relay may write to ``topic``: not asked yet, or
+        refused more than ``miss_refresh_s`` ago."""
+        denied = self._denied.get(topic)
+        return denied is None or now - denied > self.miss_refresh_s
+
+    def _refresh(self, *, full: bool) -> None:
+        """The topic list again; ``full``: and whether the relay may still write to the topics
+        it may write to (an ACL taken away since), all in one request."""
         try:
             metadata = self._admin.list_topics(timeout=10)
         except KafkaException as err:
@@ -87,37 +108,44 @@ class TopicCache:
             return
         finally:
             self._admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
+            self._touch()
         self._topics = {n for n, t in metadata.topics.items() if t.error is None}
-        self._at = time.monotonic()
-        # an ACL taken away since: asked again, all in one request
-        known = sorted(self._writable & self._topics)
-        self._writable = self._may_write(known) if known else set()
+        self._at = self._clock()
+        self._writable &= self._topics
+        if full and self._writable:
+            self._writable = self._may_write(sorted(self._writable))
 
-    def _may_write(self, topics: Iterable[str]) -> set[str]:
+    def _may_write(self, topics: list[str]) -> set[str]:
         """Those of ``topics`` the relay may write to, by the operations Kafka reports for its
-        principal. When Kafka does not say (a broker before 2.3, an error), a topic counts as
-        writable: the write itself then tells, as it did before this look."""
-        names = list(topics)
+        principal. A topic Kafka refuses to describe may not be written to; one it does not
+        know is left out of the topic list. When Kafka does not say (a broker before 2.3, a
+        timeout, another error), a topic counts as writable: the write itself then tells, as
+        it did before this look."""
         try:
             futures = self._admin.describe_topics(
-                TopicCollection(names), request_timeout=10, include_authorized_operations=True
+                TopicCollection(topics), request_timeout=5, include_authorized_operations=True
             )
             allowed: set[str] = set()
             for name, future in futures.items():
                 try:
-                    operations = future.result(timeout=10).authorized_operations
+                    operations = future.result(timeout=5).authorized_operations
                 except KafkaException as err:
-                    log.warning("cannot describe topic %s: %s", name, err)
-                    allowed.add(name)
+                    code = err.args[0].code()
+                    if code == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        self._topics.discard(name)
+                    elif code != KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        log.warning("cannot describe topic %s: %s", name, err)
+                        allowed.add(name)
                     continue
                 if operations is None or _WRITES & set(operations):
                     allowed.add(name)
             return allowed
         except (KafkaException, TimeoutError) as err:
-            log.warning("cannot describe topics %s: %s", ", ".join(names), err)
-            return set(names)
+            log.warning("cannot describe topics %s: %s", ", ".join(topics), err)
+            return set(topics)
         finally:
             self._admin.poll(0)
+            self._touch()
 
     def _create(self, topic: str) -> None:
         new = NewTopic(topic, num_partitions=self.auto_create_partitions, replication_factor=-1)
@@ -130,4 +158,5 @@ class TopicCache:
                 return
         finally:
             self._admin.poll(0)
+            self._touch()
         self._topics.add(topic)

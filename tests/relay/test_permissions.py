@@ -28,7 +28,8 @@ RELAY = "relay"
 
 
 def grant_the_relay(broker: AclKafka, stream: Stream) -> None:
-    """What docs/relay.md, "Kafka permissions", asks for the relay's principal."""
+    """What docs/relay.md asks for the relay's principal ("Real topics that do not exist or
+    refuse writes")."""
     prefix = f"{stream.settings.topic_prefix}-"
     broker.allow(
         RELAY,
@@ -103,5 +104,7 @@ def test_a_real_topic_the_relay_may_not_write_to_holds_its_transactions_alone_un
         stream.real_topic = real
         assert delivered(acl_broker.plain, stream) == others
         wait_for(lambda: relay.relay.stats()["parked"] == 0, 30, "no parked transaction")
+        # parked before any write: no Kafka transaction was refused and redone for it
+        assert relay.relay.stats()["aborts"] == 0
     finally:
         relay.stop()
