@@ -53,6 +53,17 @@ def grant_the_outbox_topics(acl_broker: AclKafka, prefix: str) -> None:
     )
 
 
+def as_the_auditor(acl_broker: AclKafka, prefix: str, out: Path) -> AuditSettings:
+    """The audit of ``prefix``'s topics, logged in as the ``auditor``."""
+    return AuditSettings(
+        bootstrap_servers=acl_broker.sasl,
+        topic_prefix=prefix,
+        as_of="now+10m",
+        out_dir=str(out),
+        kafka=acl_broker.java_login(AUDITOR),
+    )
+
+
 def test_a_real_topic_the_audit_may_not_see_is_an_error_not_lost_messages(
     spark: Any, acl_broker: AclKafka, tmp_path: Path
 ) -> None:
@@ -64,13 +75,7 @@ def test_a_real_topic_the_audit_may_not_see_is_an_error_not_lost_messages(
     grant_the_outbox_topics(acl_broker, prefix)
     acl_broker.allow(AUDITOR, ResourceType.TOPIC, visible, AclOperation.READ, AclOperation.DESCRIBE)
 
-    settings = AuditSettings(
-        bootstrap_servers=acl_broker.sasl,
-        topic_prefix=prefix,
-        as_of="now+10m",
-        out_dir=str(tmp_path),
-        kafka=acl_broker.java_login(AUDITOR),
-    )
+    settings = as_the_auditor(acl_broker, prefix, tmp_path)
     with pytest.raises(AuditSourceError) as raised:
         run_audit(spark, settings)  # was: one `lost` (the COMMIT to `hidden`), exit 1
     text = str(raised.value)
@@ -124,13 +129,7 @@ def test_a_half_record_naming_a_topic_kafka_does_not_allow_is_lost_not_an_error(
     w.decide(bad, OpState.COMMIT)
     w.close()
     grant_the_outbox_topics(acl_broker, prefix)
-    settings = AuditSettings(
-        bootstrap_servers=acl_broker.sasl,
-        topic_prefix=prefix,
-        as_of="now+10m",
-        out_dir=str(tmp_path),
-        kafka=acl_broker.java_login(AUDITOR),
-    )
+    settings = as_the_auditor(acl_broker, prefix, tmp_path)
     result = run_audit(spark, settings)
     assert result.txn_ids("lost") == {bad.txn_id}
     assert {n: c for n, c in result.counts.items() if c} == {"lost": 1}
