@@ -31,8 +31,8 @@ _WRITES = frozenset({AclOperation.WRITE, AclOperation.ALL})
 class TopicCache:
     """Topic names from cluster metadata, refreshed every ``refresh_s`` and, at most every
     ``miss_refresh_s``, when a name is not found; and whether the relay may write to each topic
-    it asks about: asked once, again at each full refresh (all in one request), and at most
-    every ``miss_refresh_s`` while it may not.
+    it asks about: asked once, again at each full refresh (every ``refresh_s``, all in one
+    request), and at most every ``miss_refresh_s`` while it may not.
 
     The relay keeps one for its life, across sessions (a session ends at every aborted batch).
     ``admin`` is the client to ask (default: one made from ``config``), ``touch`` is called
@@ -62,25 +62,32 @@ class TopicCache:
         self._topics: set[str] = set()
         self._writable: set[str] = set()  # asked about, and the relay may write to them
         self._denied: dict[str, float] = {}  # asked about, and it may not: since when
-        self._at = float("-inf")
+        self._create_tried: dict[str, float] = {}  # auto-create refused: since when
+        # two clocks: a missing topic's quick listings must not put off the full refresh
+        self._listed_at = float("-inf")  # the last listing (tried)
+        self._checked_at = float("-inf")  # the last full refresh (tried)
 
     def unwritable(self, topic: str) -> str | None:
         """None when the relay can write to ``topic`` now; else why not, and what to do."""
         now = self._clock()
-        if topic in self._writable and now - self._at <= self.refresh_s:
+        if topic in self._writable and now - self._checked_at <= self.refresh_s:
             return None  # the hot path: once per promoted record
-        if now - self._at > self.refresh_s:
-            self._refresh(full=True)
-        elif topic not in self._topics and now - self._at > self.miss_refresh_s:
-            self._refresh(full=False)
-        if topic not in self._topics and self.auto_create:
-            self._create(topic)
-        if topic in self._topics and topic not in self._writable and self._ask_again(topic, now):
-            if self._may_write([topic]):
-                self._writable.add(topic)
-                self._denied.pop(topic, None)
-            elif topic in self._topics:  # (one Kafka no longer knows has left the list)
-                self._denied[topic] = now
+        if now - self._checked_at > self.refresh_s:
+            self._refresh(now, full=True)
+        elif topic not in self._topics and now - self._listed_at > self.miss_refresh_s:
+            self._refresh(now, full=False)
+        if (
+            topic not in self._topics
+            and self.auto_create
+            and self._may_try(self._create_tried, topic, now)
+        ):
+            self._create(topic, now)
+        if (
+            topic in self._topics
+            and topic not in self._writable
+            and self._may_try(self._denied, topic, now)
+        ):
+            self._ask(topic, now)
         if topic not in self._topics:
             return (
                 f"topic {topic} does not exist, or the relay may not see it: create it (or set "
@@ -92,28 +99,45 @@ class TopicCache:
             )
         return None
 
-    def _ask_again(self, topic: str, now: float) -> bool:
-        """Whether to ask Kafka whether the relay may write to ``topic``: not asked yet, or
-        refused more than ``miss_refresh_s`` ago."""
-        denied = self._denied.get(topic)
-        return denied is None or now - denied > self.miss_refresh_s
+    def _may_try(self, refused: dict[str, float], topic: str, now: float) -> bool:
+        """Whether to ask Kafka again for ``topic``: not refused, or more than
+        ``miss_refresh_s`` ago."""
+        since = refused.get(topic)
+        return since is None or now - since > self.miss_refresh_s
 
-    def _refresh(self, *, full: bool) -> None:
+    def _ask(self, topic: str, now: float) -> None:
+        """Whether the relay may write to ``topic``, asked now."""
+        if self._may_write([topic]):
+            self._writable.add(topic)
+            self._denied.pop(topic, None)
+        elif topic in self._topics:  # (one Kafka no longer knows has left the list)
+            self._denied[topic] = now
+
+    def _refresh(self, now: float, *, full: bool) -> None:
         """The topic list again; ``full``: and whether the relay may still write to the topics
-        it may write to (an ACL taken away since), all in one request."""
+        it may write to (an ACL taken away since), all in one request. A failed listing is
+        tried again after ``miss_refresh_s``, what was known kept meanwhile."""
+        self._listed_at = now
+        if full:
+            self._checked_at = now
         try:
             metadata = self._admin.list_topics(timeout=10)
         except KafkaException as err:
             log.warning("cannot refresh topic metadata: %s", err)
+            if full:  # the next full refresh in miss_refresh_s, not at the next call
+                self._checked_at = now - self.refresh_s + self.miss_refresh_s
             return
         finally:
             self._admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
             self._touch()
         self._topics = {n for n, t in metadata.topics.items() if t.error is None}
-        self._at = self._clock()
         self._writable &= self._topics
         if full and self._writable:
-            self._writable = self._may_write(sorted(self._writable))
+            before = self._writable
+            self._writable = self._may_write(sorted(before))
+            for taken_away in before - self._writable:
+                if taken_away in self._topics:
+                    self._denied[taken_away] = now
 
     def _may_write(self, topics: list[str]) -> set[str]:
         """Those of ``topics`` the relay may write to, by the operations Kafka reports for its
@@ -125,7 +149,13 @@ class TopicCache:
             futures = self._admin.describe_topics(
                 TopicCollection(topics), request_timeout=5, include_authorized_operations=True
             )
-            allowed: set[str] = set()
+        except KafkaException as err:
+            log.warning("cannot describe topics %s: %s", ", ".join(topics), err)
+            return set(topics)
+        finally:
+            self._admin.poll(0)
+        allowed: set[str] = set()
+        try:
             for name, future in futures.items():
                 try:
                     operations = future.result(timeout=5).authorized_operations
@@ -137,17 +167,18 @@ class TopicCache:
                         log.warning("cannot describe topic %s: %s", name, err)
                         allowed.add(name)
                     continue
+                except TimeoutError:
+                    log.warning("topic %s not described within 5 s", name)
+                    allowed.add(name)
+                    continue
                 if operations is None or _WRITES & set(operations):
                     allowed.add(name)
-            return allowed
-        except (KafkaException, TimeoutError) as err:
-            log.warning("cannot describe topics %s: %s", ", ".join(topics), err)
-            return set(topics)
         finally:
             self._admin.poll(0)
             self._touch()
+        return allowed
 
-    def _create(self, topic: str) -> None:
+    def _create(self, topic: str, now: float) -> None:
         new = NewTopic(topic, num_partitions=self.auto_create_partitions, replication_factor=-1)
         try:
             self._admin.create_topics([new])[topic].result(30)
@@ -155,8 +186,10 @@ class TopicCache:
         except KafkaException as err:
             if err.args[0].code() != 36:  # TOPIC_ALREADY_EXISTS: someone else made it
                 log.error("cannot create real topic %s: %s", topic, err)
+                self._create_tried[topic] = now  # tried again after miss_refresh_s
                 return
         finally:
             self._admin.poll(0)
             self._touch()
+        self._create_tried.pop(topic, None)
         self._topics.add(topic)

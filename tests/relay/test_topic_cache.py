@@ -28,9 +28,14 @@ class Admin:
         self.topics, self.answers = topics, answers
         self.listed = 0
         self.described: list[list[str]] = []
+        self.created: list[str] = []
+        self.down = False  # list_topics fails
+        self.may_create = True
 
     def list_topics(self, timeout: float) -> Any:
         self.listed += 1
+        if self.down:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT))
         return SimpleNamespace(topics={t: SimpleNamespace(error=None) for t in sorted(self.topics)})
 
     def describe_topics(self, topics: TopicCollection, **options: Any) -> dict[str, Future[Any]]:
@@ -47,6 +52,17 @@ class Admin:
             futures[name] = future
         return futures
 
+    def create_topics(self, new: list[Any]) -> dict[str, Future[None]]:
+        [topic] = [n.topic for n in new]
+        self.created.append(topic)
+        future: Future[None] = Future()
+        if self.may_create:
+            self.topics.add(topic)
+            future.set_result(None)
+        else:
+            future.set_exception(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
+        return {topic: future}
+
     def poll(self, timeout: float) -> int:
         return 0
 
@@ -59,11 +75,14 @@ class Clock:
         return self.now
 
 
-def cache(admin: Admin, clock: Clock, touched: list[int] | None = None) -> TopicCache:
+def cache(
+    admin: Admin, clock: Clock, touched: list[int] | None = None, *, auto_create: bool = False
+) -> TopicCache:
     return TopicCache(
         {},
         refresh_s=30,
         miss_refresh_s=5,
+        auto_create=auto_create,
         admin=admin,
         clock=clock,
         touch=(lambda: touched.append(1)) if touched is not None else (lambda: None),
@@ -135,3 +154,48 @@ def test_a_full_refresh_asks_again_about_every_writable_topic_in_one_request() -
     assert admin.described[3:] == [["a", "b", "c"]]
     assert topics.unwritable("b") is not None
     assert topics.unwritable("c") is None
+    assert len(admin.described) == 4  # b's refusal kept: not asked again at once
+
+
+def test_a_missing_topics_quick_listings_do_not_put_off_the_full_refresh() -> None:
+    """A transaction parked on a missing topic asks about it at every batch; its listings every
+    5 s must not keep the writable topics from being asked about again every 30 s (an ACL
+    taken away would otherwise abort batch after batch)."""
+    admin, clock = Admin({"orders"}, {}), Clock()
+    topics = cache(admin, clock)
+    assert topics.unwritable("orders") is None
+    admin.answers["orders"] = READ_ONLY  # taken away
+    for _ in range(10):
+        clock.now += 6
+        assert topics.unwritable("missing") is not None
+        topics.unwritable("orders")
+    assert ["orders"] in admin.described[1:]
+    assert topics.unwritable("orders") is not None
+
+
+def test_a_failed_listing_is_tried_again_after_the_miss_refresh_not_at_every_call() -> None:
+    admin, clock = Admin({"orders"}, {}), Clock()
+    topics = cache(admin, clock)
+    assert topics.unwritable("orders") is None
+    admin.down = True
+    clock.now += 31
+    for _ in range(100):
+        assert topics.unwritable("orders") is None  # what was known, kept meanwhile
+    assert admin.listed == 2
+    admin.down = False
+    clock.now += 6
+    assert topics.unwritable("orders") is None
+    assert admin.listed == 3
+
+
+def test_an_auto_create_kafka_refuses_is_tried_again_only_every_miss_refresh() -> None:
+    admin, clock = Admin(set(), {}), Clock()
+    admin.may_create = False
+    topics = cache(admin, clock, auto_create=True)
+    for _ in range(50):
+        assert topics.unwritable("orders") is not None
+    assert admin.created == ["orders"]
+    admin.may_create = True
+    clock.now += 6
+    assert topics.unwritable("orders") is None
+    assert admin.created == ["orders", "orders"]
