@@ -54,7 +54,9 @@ def require(topics: Mapping[str, int], names: Iterable[str]) -> None:
     if missing:
         raise CommandError(
             f"topics {', '.join(missing)} do not exist; create them with "
-            "`kafka-outbox topics ensure` (or check OUTBOX_TOPIC_PREFIX)"
+            "`kafka-outbox topics ensure` (or check OUTBOX_TOPIC_PREFIX; on a cluster with ACLs, "
+            "a topic these credentials may not describe is left out of Kafka's topic list too: "
+            "grant them Describe on it)"
         )
 
 

@@ -10,6 +10,8 @@ import pytest
 from outbox import OutboxSettings
 from outbox.protocol import DecidedBy, OpState, new_transaction_id
 from outbox.protocol.registry import Registration, encode_registration
+from outbox.topics import ensure_topics
+from tests.acl_kafka import AclKafka
 from tests.kafka_helpers import create_topic, unique
 from tests.outbox_cli.conftest import Cli
 from tests.outbox_cli.records import Writer
@@ -102,6 +104,26 @@ def test_status_without_the_internal_topics_says_to_create_them(
     result = cli("status", env=env)
     assert result.code == 1
     assert "do not exist; create them with `kafka-outbox topics ensure`" in result.err
+
+
+def test_status_under_credentials_that_may_not_describe_the_topics_says_so_too(
+    cli: Cli, acl_broker: AclKafka
+) -> None:
+    """Kafka leaves a topic these credentials may not describe out of its topic list: the
+    topics exist, and "create them" alone would send the operator the wrong way."""
+    prefix = unique("__outbox-acl-status")
+    ensure_topics(
+        OutboxSettings(bootstrap_servers=acl_broker.plain, producer_group="g", topic_prefix=prefix)
+    )
+    env = {"OUTBOX_BOOTSTRAP_SERVERS": acl_broker.sasl, "OUTBOX_TOPIC_PREFIX": prefix}
+    for key, value in acl_broker.librdkafka_login("auditor").items():
+        env["OUTBOX_KAFKA__" + key.replace(".", "_").upper()] = value
+    result = cli("status", env=env)
+    assert result.code == 1
+    assert f"topics {prefix}-half" in result.err
+    assert (
+        "may not describe is left out of Kafka's topic list too: grant them Describe" in result.err
+    )
 
 
 def test_inspect_tells_a_committed_transaction_s_whole_story(
