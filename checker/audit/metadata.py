@@ -8,7 +8,6 @@ reported within ``timeout_s`` instead of after the source's retries.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -16,11 +15,9 @@ from typing import Any, TypeVar
 from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
 
 from checker.audit.errors import AuditSourceError
+from outbox.message import is_legal_topic
 
 _T = TypeVar("_T")
-
-#: Kafka's rule for a topic name (Java's ``org.apache.kafka.common.internals.Topic``).
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
 def topic_partitions(
@@ -43,15 +40,14 @@ def topic_partitions(
         AuditSourceError: Kafka did not answer within ``timeout_s``, or refused (see
             :func:`failure_text`).
     """
-    wanted = sorted(t for t in set(topics) if _LEGAL_TOPIC.match(t) and t not in (".", ".."))
+    wanted = sorted(t for t in set(topics) if is_legal_topic(t))
     if not wanted:
         return {}
 
     def ask(admin: Any, wait: Callable[[Any], Any]) -> dict[str, int]:
         described = admin.describeTopics(wanted).topicNameValues()
         found: dict[str, int] = {}
-        failed: dict[str, list[str]] = {}  # topic -> its exception's classes
-        causes: dict[str, str] = {}
+        failed: dict[str, tuple[list[str], str]] = {}  # topic -> (its error's classes, text)
         for topic in wanted:
             try:
                 found[topic] = int(wait(described.get(topic)).partitions().size())
@@ -62,16 +58,15 @@ def topic_partitions(
                     "UnknownTopicOrPartitionException",
                     "InvalidTopicException",
                 }:
-                    failed[topic], causes[topic] = classes, str(cause.toString())
+                    failed[topic] = (classes, str(cause.toString()))
         if failed:  # Kafka's refusal names no topic: these do, one sentence per cause
             by_cause: dict[str, list[str]] = {}
             for topic in sorted(failed):
-                by_cause.setdefault(failed[topic][0], []).append(topic)
+                by_cause.setdefault(failed[topic][0][0], []).append(topic)
             raise AuditSourceError(
                 " ".join(
                     failure_text(
-                        failed[named[0]],
-                        causes[named[0]],
+                        *failed[named[0]],
                         bootstrap_servers=bootstrap_servers,
                         timeout_s=timeout_s,
                         operation="Describe",
