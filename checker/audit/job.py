@@ -93,6 +93,7 @@ def compute_findings(
         ledger_mod.decisions(ops),
         delivered,
         half_log_starts=held.half_log_starts,
+        half_read_from=held.half_read_from,
         refused=refused,
     )
     book = book.persist(StorageLevel.MEMORY_AND_DISK)

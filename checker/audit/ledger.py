@@ -171,18 +171,23 @@ def ledger(
     delivered: DataFrame,
     *,
     half_log_starts: Mapping[int, int] | None = None,
+    half_read_from: Mapping[int, int] | None = None,
     refused: DataFrame | None = None,
 ) -> DataFrame:
     """One row per transaction known from the half or op topic.
 
     ``in_scope``: its first half record is in range; for a transaction with no half record in
-    what was read, its first op is, unless the half offsets the op names lie below their
-    partition's ``half_log_starts`` (``halves_removed``: retention removed them before the
-    audit, and likely its real records too; only partitions read from their log start are
-    given) and the relay did not refuse its op (``refused``: txn ids it dead-lettered an op of,
-    which stay judged, ``op_refused``: a COMMIT never delivered); but a resumed transaction is
-    in scope where its latest RESUMED op is in range, and nowhere else: what follows a resume
-    is judged once, by the window it happens in, wherever its first records were.
+    what was read, its first op is, unless the half offsets the op names lie below what was
+    read of their partition - below its ``half_log_starts`` (``halves_removed``: retention
+    removed them before the audit, and likely its real records too; only partitions read from
+    their log start are given) or below its ``half_read_from`` (the first offset read: the
+    transaction began before the range, and the audit of the window it began in judges it;
+    judged here from its op alone, its real topics unknown, its COMMIT would be ``lost``
+    whenever no half record read named the same real topic) - and the relay did not refuse
+    its op (``refused``: txn ids it dead-lettered an op of, which stay judged, ``op_refused``:
+    a COMMIT never delivered); but a resumed transaction is in scope where its latest RESUMED
+    op is in range, and nowhere else: what follows a resume is judged once, by the window it
+    happens in, wherever its first records were.
     ``expected`` is the COMMIT op's message count, or the count its halves announce or show
     where that is more (a COMMIT naming part of a transaction, which
     the relay refuses, leaves the rest undelivered; a transaction commits only once every send
@@ -218,13 +223,8 @@ def ledger(
     )
     indices = F.coalesce(F.col("delivered_indices"), F.array().cast("array<int>"))
     valid = F.filter(indices, lambda i: (i >= 0) & (i < F.col("expected")))
-    removed: Column = F.lit(False)
-    if half_log_starts:
-        start = F.try_element_at(literal_map(half_log_starts), F.col("op_partition"))
-        below = F.array_min(F.col("op_half_offsets")) < start
-        removed = F.coalesce(
-            F.col("first_half_ms").isNull() & below & F.col("op_refused").isNull(), F.lit(False)
-        )
+    removed = _op_names_below(half_log_starts)
+    before = _op_names_below(half_read_from)
     return (
         df.withColumns(
             {
@@ -234,7 +234,7 @@ def ledger(
                 "in_scope": F.coalesce(
                     F.col("resumed_in_range"),
                     F.when(F.col("first_half_ms").isNotNull(), F.col("half_in_range")),
-                    F.when(~removed, F.col("op_in_range")),
+                    F.when(~removed & ~before, F.col("op_in_range")),
                     F.lit(False),
                 ),
                 "producer_group": F.coalesce(F.col("producer_group"), F.col("op_group")),
@@ -249,4 +249,16 @@ def ledger(
         )
         .withColumn("delivered", F.size(F.array_distinct(valid)))
         .drop("op_group", "op_partition", "op_half_offsets")
+    )
+
+
+def _op_names_below(first_offsets: Mapping[int, int] | None) -> Column:
+    """Whether a transaction known from its op alone (no half record read, its op not refused
+    by the relay) names half offsets below its partition's offset in ``first_offsets``."""
+    if not first_offsets:
+        return F.lit(False)
+    first = F.try_element_at(literal_map(first_offsets), F.col("op_partition"))
+    below = F.array_min(F.col("op_half_offsets")) < first
+    return F.coalesce(
+        F.col("first_half_ms").isNull() & below & F.col("op_refused").isNull(), F.lit(False)
     )

@@ -61,6 +61,10 @@ class Retained:
     #: Per half-topic partition read from its log start, that log start: an op naming half
     #: offsets below it names records retention removed.
     half_log_starts: dict[int, int] = field(default_factory=dict)
+    #: Per half-topic partition the audit read records of, the first offset it read (its log
+    #: start when it read from there): an op naming half offsets below it names a transaction
+    #: that began before the range (or records retention removed).
+    half_read_from: dict[int, int] = field(default_factory=dict)
     #: Per op or real topic that lost records, from when it holds every record (Unix ms).
     complete_since_ms: dict[str, int] = field(default_factory=dict)
     #: Per compacted real topic, before when (Unix ms) the cleaner may have replaced a record.
@@ -128,8 +132,10 @@ def retained(
             .collect()
         }
     )
+    half_held = held.get(names.half, {})
     return Retained(
-        half_log_starts=read_from_start(held.get(names.half, {}), first_read, earliest=earliest),
+        half_log_starts=read_from_start(half_held, first_read, earliest=earliest),
+        half_read_from=read_from(half_held, first_read, earliest=earliest),
         complete_since_ms=since,
         compactable_before_ms={
             t: now_ms - int(configs[t].get("min.compaction.lag.ms", "0"))
@@ -154,7 +160,8 @@ def read_from_start(
     left unread), else those whose first record read is at the start (a transaction marker or
     an aborted put-back copy there hides it: such a partition is left out). Where it read from
     later (a time ``--from``), a transaction's put-back copy may lie before what was read and
-    its op name original offsets retention removed - it is still judged by its op."""
+    its op name original offsets retention removed: it began before the range
+    (:func:`read_from`)."""
     return {
         p: start
         for p, (start, end) in held.items()
@@ -162,6 +169,19 @@ def read_from_start(
         or (p in first_read and first_read[p] <= start)
         or (p not in first_read and start == end)
     }
+
+
+def read_from(
+    held: Mapping[int, tuple[int, int]], first_read: Mapping[int, int], *, earliest: bool
+) -> dict[int, int]:
+    """The first offset the audit read of each half partition: its log start when it read from
+    ``earliest``, else its first record read. Below it lie records before the range (a time
+    ``--from`` less the lookback, or the offsets ``--from`` names), transaction markers and
+    aborted copies, or records retention removed. A partition of which nothing was read is
+    left out: where its read began is not known, and an op naming it is judged from the op alone."""
+    if earliest:
+        return {p: start for p, (start, _) in held.items()}
+    return dict(first_read)
 
 
 def complete_since(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from checker.audit.plan import TopicRead
-from checker.audit.retained import HEAD_RECORDS, complete_since, read_from_start
+from checker.audit.retained import HEAD_RECORDS, complete_since, read_from, read_from_start
 
 pytestmark = pytest.mark.integration  # starts Spark (a JVM), no Kafka
 
@@ -69,3 +69,13 @@ def test_an_op_names_removed_half_records_only_where_the_half_topic_was_read_fro
     # start (a transaction marker or an aborted put-back copy at its head)
     assert read_from_start(held, {0: 6, 1: 12}, earliest=True) == {0: 5, 1: 5, 2: 9, 3: 0}
     assert read_from_start(held, {0: 6, 1: 12}, earliest=False) == {2: 9}
+
+
+def test_an_op_names_half_records_before_the_range_below_the_first_offset_read() -> None:
+    held = {0: (5, 20), 1: (5, 20), 2: (9, 9), 3: (0, 4)}
+    # partition 1 read from offset 12 on (a time --from less the lookback, or an offsets
+    # --from): an op naming offsets below 12 names a transaction begun before the range;
+    # partition 3, of which nothing was read: where the read began is not known
+    assert read_from(held, {0: 5, 1: 12}, earliest=False) == {0: 5, 1: 12}
+    # read from earliest: from each log start, whatever the first record read
+    assert read_from(held, {0: 6, 1: 12}, earliest=True) == {0: 5, 1: 5, 2: 9, 3: 0}
