@@ -177,9 +177,12 @@ class PartitionState:
         never put back (their copies were refused): they stay pending where they are.
         """
         self._log_end = max(self._log_end, log_end, self.half_position, self.resumed_end)
-        need = self._handle_ops(verified_end, promotable)
+        # Parked COMMITs first: a topic-wide condition (the topic missing, or not writable by
+        # the relay) parks every COMMIT to the topic in op order, and when it clears they go
+        # before the COMMITs read since, on their keys too.
+        need = retry_parked(self, promotable, still_parked)
         if need is None:
-            need = retry_parked(self, promotable, still_parked)
+            need = self._handle_ops(verified_end, promotable)
         if need is None:
             need = put_back(
                 self,

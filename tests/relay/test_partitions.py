@@ -15,7 +15,14 @@ from relay import RelaySettings
 from relay.flow_control import FlowControl
 from tests.kafka_helpers import add_partitions, create_topic, set_topic_config, unique
 from tests.relay.harness import wait_for
-from tests.relay.test_relay import RelayThread, Stream, delivered, expected, read_topic
+from tests.relay.test_relay import (
+    RelayThread,
+    Stream,
+    delivered,
+    expected,
+    promotion_order,
+    read_topic,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -124,6 +131,32 @@ def test_a_commit_for_a_missing_topic_is_parked_while_others_go_on_and_promoted_
         wait_for(lambda: set(delivered(kafka_bootstrap, stream)) == {(parked, 0)}, 60, "it")
         time.sleep(1)
         assert list(delivered(kafka_bootstrap, stream).values()) == [1]
+        assert relay.relay.stats()["parked"] == 0
+    finally:
+        relay.stop()
+
+
+def test_commits_parked_on_a_missing_topic_go_before_later_ones_on_their_keys_once_it_exists(
+    kafka_bootstrap: str,
+) -> None:
+    """Every COMMIT to a missing topic parks, in op order. The batch in which the relay found
+    the topic created used to promote the COMMITs it had just read before the parked ones
+    (retried after them): later transactions landed before earlier ones on the same key."""
+    stream = Stream(kafka_bootstrap, unique("__outbox-park-order"))
+    stream.real_topic = ghost = unique("not-yet")
+    relay = relay_on(stream, topic_refresh_s=1)
+    try:
+        stream.write([(b"same-key", 1, OpState.COMMIT) for _ in range(5)])
+        wait_for(lambda: relay.relay.stats()["parked"] == 5, 30, "five parked")
+        create_topic(kafka_bootstrap, ghost, partitions=1)
+        # COMMITs on the same key keep coming while the relay finds the topic created
+        until = time.monotonic() + 8
+        while time.monotonic() < until:
+            stream.write([(b"same-key", 1, OpState.COMMIT)])
+        wait_for(lambda: set(delivered(kafka_bootstrap, stream)) == expected(stream), 60, "all")
+        order = promotion_order(kafka_bootstrap, ghost)[b"same-key"]
+        assert order == stream.commit_order[b"same-key"]
+        assert set(delivered(kafka_bootstrap, stream).values()) == {1}
         assert relay.relay.stats()["parked"] == 0
     finally:
         relay.stop()

@@ -433,6 +433,28 @@ def test_a_commit_for_a_missing_topic_is_parked_without_blocking_later_ones() ->
     assert forget == Remember(TXN[0], None)
 
 
+def test_parked_commits_go_before_later_ones_once_their_topic_takes_them() -> None:
+    """Topic-wide conditions (a topic missing, or not writable by the relay) park every COMMIT
+    to the topic, in op order. The batch in which the condition clears used to promote its new
+    COMMITs first (new ops were handled before parked ones were retried): each landed before
+    the earlier, parked transactions, on their keys too (``out_of_order``)."""
+    state = PartitionState(0)
+    for i in range(3):
+        state.add_half(half(i, i))
+        state.add_op(i, op(i, OpState.COMMIT, (i,), at=i))
+    missing = take(state, promotable=lambda o, r: "topic orders does not exist")
+    assert not [a for a in missing.actions if isinstance(a, Promote)]
+    assert list(state.parked) == TXN[:3]
+    state.add_half(half(3, 3))
+    state.add_op(3, op(3, OpState.COMMIT, (3,), at=3))
+
+    created = take(state, promotable=lambda o, r: None)
+
+    promoted = [a.op.txn_id for a in created.actions if isinstance(a, Promote)]
+    assert promoted == TXN[:4]
+    assert not state.parked
+
+
 def test_a_parked_commit_of_an_older_relay_is_parked_again_from_the_op_history() -> None:
     """Version 1 progress metadata named the parked ids; the ops come from the history."""
     legacy = Progress.parse(0, 2, f'{{"v":1,"l":0,"parked":["{TXN[0]}"]}}')
