@@ -12,7 +12,7 @@ All pure functions on DataFrames; :mod:`checker.audit.records` makes their input
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -177,17 +177,20 @@ def ledger(
     """One row per transaction known from the half or op topic.
 
     ``in_scope``: its first half record is in range; for a transaction with no half record in
-    what was read, its first op is, unless the half offsets the op names lie below what was
-    read of their partition - below its ``half_log_starts`` (``halves_removed``: retention
-    removed them before the audit, and likely its real records too; only partitions read from
-    their log start are given) or below its ``half_read_from`` (the first offset read: the
-    transaction began before the range, and the audit of the window it began in judges it;
-    judged here from its op alone, its real topics unknown, its COMMIT would be ``lost``
-    whenever no half record read named the same real topic) - and the relay did not refuse
-    its op (``refused``: txn ids it dead-lettered an op of, which stay judged, ``op_refused``:
-    a COMMIT never delivered); but a resumed transaction is in scope where its latest RESUMED
-    op is in range, and nowhere else: what follows a resume is judged once, by the window it
-    happens in, wherever its first records were.
+    what was read, its first op is, unless the half offsets the op names lie below their
+    partition's ``half_log_starts`` (``halves_removed``: retention removed them before the
+    audit, and likely its real records too; only partitions read from their log start are
+    given) and the relay did not refuse its op (``refused``: txn ids it dead-lettered an op of,
+    which stay judged, ``op_refused``: a COMMIT never delivered); but a resumed transaction is
+    in scope where its latest RESUMED op is in range, and nowhere else: what follows a resume
+    is judged once, by the window it happens in, wherever its first records were.
+    ``halves_unread``: known from its op alone (its op not refused), every half offset the op
+    names lies below the first offset read of its partition (``half_read_from``; a partition
+    of which nothing was read is left out of it): the transaction began before what was read
+    (before ``--from`` less ``--lookback``, before the offsets ``--from`` names), so its real
+    topics are not known - the real topics read are those the half records read name - and
+    its messages missing there say nothing (:mod:`checker.audit.findings.delivery` counts them
+    as unverifiable). Without ``half_read_from``, false.
     ``expected`` is the COMMIT op's message count, or the count its halves announce or show
     where that is more (a COMMIT naming part of a transaction, which
     the relay refuses, leaves the rest undelivered; a transaction commits only once every send
@@ -223,8 +226,12 @@ def ledger(
     )
     indices = F.coalesce(F.col("delivered_indices"), F.array().cast("array<int>"))
     valid = F.filter(indices, lambda i: (i >= 0) & (i < F.col("expected")))
-    removed = _op_names_below(half_log_starts)
-    before = _op_names_below(half_read_from)
+    removed = _op_names_below(half_log_starts, F.array_min)
+    unread = (
+        _op_names_below(half_read_from, F.array_max, unknown=True)
+        if half_read_from is not None
+        else F.lit(False)
+    )
     return (
         df.withColumns(
             {
@@ -234,7 +241,7 @@ def ledger(
                 "in_scope": F.coalesce(
                     F.col("resumed_in_range"),
                     F.when(F.col("first_half_ms").isNotNull(), F.col("half_in_range")),
-                    F.when(~removed & ~before, F.col("op_in_range")),
+                    F.when(~removed, F.col("op_in_range")),
                     F.lit(False),
                 ),
                 "producer_group": F.coalesce(F.col("producer_group"), F.col("op_group")),
@@ -242,6 +249,7 @@ def ledger(
                 "half_offsets": F.coalesce(F.col("half_offsets"), F.col("op_half_offsets")),
                 "expected": expected,
                 "halves_removed": removed,
+                "halves_unread": unread,
                 "op_refused": F.coalesce(F.col("op_refused"), F.lit(False)),
                 "promoted_records": F.coalesce(F.col("promoted_records"), F.lit(0)),
                 "delivered_indices": indices,
@@ -252,13 +260,21 @@ def ledger(
     )
 
 
-def _op_names_below(first_offsets: Mapping[int, int] | None) -> Column:
+def _op_names_below(
+    first_offsets: Mapping[int, int] | None,
+    which: Callable[[Column], Column],
+    *,
+    unknown: bool = False,
+) -> Column:
     """Whether a transaction known from its op alone (no half record read, its op not refused
-    by the relay) names half offsets below its partition's offset in ``first_offsets``."""
-    if not first_offsets:
-        return F.lit(False)
-    first = F.try_element_at(literal_map(first_offsets), F.col("op_partition"))
-    below = F.array_min(F.col("op_half_offsets")) < first
+    by the relay) names half offsets (``which`` of them: the least, the greatest) below its
+    partition's offset in ``first_offsets``; ``unknown``: what a partition left out gives."""
+    first = (
+        F.try_element_at(literal_map(first_offsets), F.col("op_partition"))
+        if first_offsets
+        else F.lit(None).cast("long")
+    )
+    below = F.coalesce(which(F.col("op_half_offsets")) < first, F.lit(unknown))
     return F.coalesce(
         F.col("first_half_ms").isNull() & below & F.col("op_refused").isNull(), F.lit(False)
     )

@@ -62,9 +62,10 @@ class Retained:
     #: offsets below it names records retention removed.
     half_log_starts: dict[int, int] = field(default_factory=dict)
     #: Per half-topic partition the audit read records of, the first offset it read (its log
-    #: start when it read from there): an op naming half offsets below it names a transaction
-    #: that began before the range (or records retention removed).
-    half_read_from: dict[int, int] = field(default_factory=dict)
+    #: start when it read from there): a COMMIT known from its op alone whose half offsets
+    #: all lie below it began before what was read, its real topics not known. None: not
+    #: learnt (no such COMMIT is told apart).
+    half_read_from: dict[int, int] | None = None
     #: Per op or real topic that lost records, from when it holds every record (Unix ms).
     complete_since_ms: dict[str, int] = field(default_factory=dict)
     #: Per compacted real topic, before when (Unix ms) the cleaner may have replaced a record.
@@ -87,6 +88,9 @@ def retained(
     """
     names = settings.topics
     real = list(inputs.real_topics)
+    # (under --from earliest every partition was read from its start: no Spark job needed,
+    # unless the starts cannot be listed)
+    first_read = {} if earliest else first_offsets_read(inputs.halves)
     try:
         held = held_offsets(
             spark,
@@ -96,7 +100,10 @@ def retained(
             timeout_s=settings.metadata_timeout_s,
         )
     except AuditSourceError as err:
-        return Retained(unknown=_unknown("the topics' log start offsets", err))
+        return Retained(
+            half_read_from=first_read or first_offsets_read(inputs.halves),
+            unknown=_unknown("the topics' log start offsets", err),
+        )
     unknown: str | None = None
     try:
         configs = topic_configs(
@@ -120,18 +127,10 @@ def retained(
             now_ms=now_ms,
         )
     except Exception as err:  # a topic deleted or grown since: Spark's errors have no base
-        return Retained(unknown=_unknown("the first records left of trimmed partitions", err))
-    # (under --from earliest every partition was read from its start: no Spark job needed)
-    first_read = (
-        {}
-        if earliest
-        else {
-            int(r["partition"]): int(r["first"])
-            for r in inputs.halves.groupBy("partition")
-            .agg(F.min("offset").alias("first"))
-            .collect()
-        }
-    )
+        return Retained(
+            half_read_from=read_from(held.get(names.half, {}), first_read, earliest=earliest),
+            unknown=_unknown("the first records left of trimmed partitions", err),
+        )
     half_held = held.get(names.half, {})
     return Retained(
         half_log_starts=read_from_start(half_held, first_read, earliest=earliest),
@@ -152,6 +151,12 @@ def _unknown(what: str, err: Exception) -> str:
     return text
 
 
+def first_offsets_read(halves: DataFrame) -> dict[int, int]:
+    """The first offset read of each half partition the audit read records of."""
+    rows = halves.groupBy("partition").agg(F.min("offset").alias("first")).collect()
+    return {int(r["partition"]): int(r["first"]) for r in rows}
+
+
 def read_from_start(
     held: Mapping[int, tuple[int, int]], first_read: Mapping[int, int], *, earliest: bool
 ) -> dict[int, int]:
@@ -160,8 +165,8 @@ def read_from_start(
     left unread), else those whose first record read is at the start (a transaction marker or
     an aborted put-back copy there hides it: such a partition is left out). Where it read from
     later (a time ``--from``), a transaction's put-back copy may lie before what was read and
-    its op name original offsets retention removed: it began before the range
-    (:func:`read_from`)."""
+    its op name original offsets retention removed - it is still judged by its op (its real
+    topics not known: :func:`read_from`)."""
     return {
         p: start
         for p, (start, end) in held.items()
@@ -178,7 +183,8 @@ def read_from(
     ``earliest``, else its first record read. Below it lie records before the range (a time
     ``--from`` less the lookback, or the offsets ``--from`` names), transaction markers and
     aborted copies, or records retention removed. A partition of which nothing was read is
-    left out: where its read began is not known, and an op naming it is judged from the op alone."""
+    left out: where its read began is not known (the ledger takes what its ops name as
+    unread too)."""
     if earliest:
         return {p: start for p, (start, _) in held.items()}
     return dict(first_read)

@@ -39,9 +39,11 @@ def _committed_past_grace(
     verifiable: bool = True,
 ) -> DataFrame:
     """In-scope COMMITs decided ``grace_ms`` before the audit's clock whose real topics were
-    all complete when they were decided (``verifiable=False``: those whose were not). A topic
-    that has lost records to retention since (``complete_since_ms``,
-    :mod:`checker.audit.retained`) no longer shows what reached it before then."""
+    all complete when they were decided (``verifiable=False``: those whose were not, and
+    those whose real topics are not known: their half records lie before what was read,
+    ``halves_unread``). A topic that has lost records to retention since
+    (``complete_since_ms``, :mod:`checker.audit.retained`) no longer shows what reached it
+    before then."""
     judged = (
         F.col("in_scope")
         & (F.col("state") == COMMIT)
@@ -60,6 +62,9 @@ def _committed_past_grace(
                 ),
             )
         )
+    # its half records before what was read, its real topics are not known: the messages
+    # missing from the topics read may be on others (they were reported lost)
+    emptied = emptied | F.col("halves_unread")
     # a COMMIT the relay refused (dead-lettered) was never delivered, whatever the topics hold
     emptied = emptied & ~F.col("op_refused")
     return ledger.filter(judged & (~emptied if verifiable else emptied))
@@ -69,8 +74,9 @@ def unverifiable(
     ledger: DataFrame, *, as_of_ms: int, grace_ms: int, complete_since_ms: Mapping[str, int]
 ) -> DataFrame:
     """COMMITs with messages missing that :func:`lost` and :func:`partial` do not judge: a
-    real topic of theirs has lost records decided before, so whether theirs arrived cannot
-    be told. Counted in the summary, not a violation."""
+    real topic of theirs has lost records decided before, or their real topics are not known
+    (known from their op alone, their half records before what was read), so whether theirs
+    arrived cannot be told. Counted in the summary, not a violation."""
     return _committed_past_grace(
         ledger, as_of_ms, grace_ms, complete_since_ms, verifiable=False
     ).filter(F.col("delivered") < F.col("expected"))

@@ -256,6 +256,35 @@ def test_a_commit_known_from_its_op_alone_waits_for_every_real_topic_read(spark)
     assert ids(found) == {early.txn_id}
 
 
+def test_a_commit_whose_half_records_lie_before_what_was_read_is_unverifiable_not_lost(
+    spark,
+) -> None:
+    """Its op names half offsets below the first offset read: its real topics are not known
+    (the real topics read are those the half records read name), so its messages missing from
+    the topics read may be on others. Its messages found there count as arrived."""
+    sc = Scenario()
+    elsewhere, arrived, refused, in_read = (sc.txn() for _ in range(4))
+    for t in (elsewhere, arrived, refused):
+        sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
+    for t in (elsewhere, arrived, refused, in_read):
+        sc.op(t, "COMMIT", at=2_000)
+    sc.promote(arrived, at=3_000)
+    frames = sc.frames(spark)
+    letters = spark.createDataFrame([(refused.txn_id,)], "txn_id string")
+    book = L.ledger(
+        L.transactions(L.messages(frames["halves"])),
+        L.decisions(frames["ops"]),
+        L.deliveries(frames["promoted"]),
+        half_read_from={0: min(in_read.offsets)},
+        refused=letters,
+    )
+
+    # the relay dead-lettered its COMMIT: never delivered; in_read's records were read
+    assert ids(lost(book, as_of_ms=AS_OF, grace_ms=GRACE)) == {refused.txn_id, in_read.txn_id}
+    found = unverifiable(book, as_of_ms=AS_OF, grace_ms=GRACE, complete_since_ms={})
+    assert ids(found) == {elsewhere.txn_id}
+
+
 def test_records_of_a_rollback_whose_half_records_retention_removed_are_still_phantoms(
     spark,
 ) -> None:

@@ -124,39 +124,32 @@ def test_a_transaction_whose_half_records_retention_removed_is_out_of_scope(spar
     assert row(before, removed.txn_id).in_scope
 
 
-def test_a_transaction_whose_op_names_half_records_before_what_was_read_is_out_of_scope(
+def test_a_commit_whose_op_names_half_records_before_what_was_read_has_unknown_real_topics(
     spark,
 ) -> None:
-    """Known from its op alone, with half offsets below the first offset read of their
-    partition: it began before the range (a time --from less the lookback, an offsets --from),
-    and the audit of the window it began in judges it. Its real topics unknown, judged here
-    its COMMIT was lost wherever no half record read named the same topic."""
+    """Known from its op alone, with every half offset it names below the first offset read of
+    their partition (or in a partition of which nothing was read): it began before what was
+    read, and its real topics are not known. Judged from its op alone, its COMMIT used to be
+    lost wherever no half record read named the same real topic."""
     sc = Scenario()
     began_before = sc.txn(partition=0)
     refused = sc.txn(partition=0)  # the relay dead-lettered its COMMIT: never delivered
-    resumed = sc.txn(partition=0)  # its originals before the range, its copy read
-    first_read = sc.txn(partition=0)
+    straddles = sc.txn(2, partition=0)  # its second record should have been read
+    sc.txn(partition=0)  # read: its half records lie past the first offset read
     missing = sc.txn(partition=0)  # named at or past the first offset read, yet not there
-    unread = sc.txn(partition=1)  # nothing of partition 1 was read: not known where it began
-    for t in (began_before, refused, missing, unread):
+    unread = sc.txn(partition=1)  # nothing of partition 1 was read
+    for t in (began_before, refused, straddles, missing, unread):
         sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
         sc.op(t, "COMMIT", at=2_000)
-    sc.op(resumed, "GIVEN_UP", at=2_000, by="checker")
-    sc.put_back(resumed, 0, at=3_000)
-    sc.op(resumed, "RESUMED", at=3_000, by="checker")
-    sc.halves = [h for h in sc.halves if not (h[0] == resumed.txn_id and h[7] is None)]
     frames = sc.frames(spark)
     txns = L.transactions(L.messages(frames["halves"]))
     decided, delivered = L.decisions(frames["ops"]), L.deliveries(frames["promoted"])
-    read_from = {0: min(first_read.offsets)}
+    read_from = {0: max(straddles.offsets)}
 
     letters = spark.createDataFrame([(refused.txn_id,)], "txn_id string")
     book = L.ledger(txns, decided, delivered, half_read_from=read_from, refused=letters)
-    assert not row(book, began_before.txn_id).in_scope
-    assert not row(book, began_before.txn_id).halves_removed  # not retention: before the range
-    assert row(book, refused.txn_id).in_scope
-    assert row(book, first_read.txn_id).in_scope
-    assert row(book, missing.txn_id).in_scope  # no half record where its op says: judged
-    assert row(book, unread.txn_id).in_scope
-    assert row(book, resumed.txn_id).in_scope  # judged where it was resumed
-    assert row(L.ledger(txns, decided, delivered), began_before.txn_id).in_scope
+    unread_ids = {r.txn_id for r in book.filter("halves_unread").collect()}
+    assert unread_ids == {began_before.txn_id, unread.txn_id}
+    # still in scope: judged for everything its op shows (decisions, evidence)
+    assert all(row(book, t.txn_id).in_scope for t in (began_before, unread, missing))
+    assert L.ledger(txns, decided, delivered).filter("halves_unread").count() == 0
