@@ -243,6 +243,7 @@ def _parameters(
         "topic_prefix": settings.topic_prefix,
         "from": describe(resolved.start),
         "complete_since_ms": dict(sorted(held.complete_since_ms.items())),
+        "half_read_from": dict(sorted((held.half_read_from or {}).items())),
         "compacted_real_topics": sorted(held.compactable_before_ms),
         "retention_unknown": held.unknown,
         "to": describe(resolved.end),

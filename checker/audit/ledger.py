@@ -190,7 +190,10 @@ def ledger(
     (before ``--from`` less ``--lookback``, before the offsets ``--from`` names), so its real
     topics are not known - the real topics read are those the half records read name - and
     its messages missing there say nothing (:mod:`checker.audit.findings.delivery` counts them
-    as unverifiable). Without ``half_read_from``, false.
+    as unverifiable). Without ``half_read_from``, false. A transaction with half records
+    read whose op names one below the first offset read of their partition began before what
+    was read: out of scope, its first half record before the range (its later ones in it: it
+    used to be in scope, its first messages' real topics unknown, its COMMIT ``partial``).
     ``expected`` is the COMMIT op's message count, or the count its halves announce or show
     where that is more (a COMMIT naming part of a transaction, which
     the relay refuses, leaves the rest undelivered; a transaction commits only once every send
@@ -232,6 +235,7 @@ def ledger(
         if half_read_from is not None
         else F.lit(False)
     )
+    began_before = _began_before_read(half_read_from)
     return (
         df.withColumns(
             {
@@ -240,7 +244,9 @@ def ledger(
                 # records perhaps long before), and by no other window's audit.
                 "in_scope": F.coalesce(
                     F.col("resumed_in_range"),
-                    F.when(F.col("first_half_ms").isNotNull(), F.col("half_in_range")),
+                    F.when(
+                        F.col("first_half_ms").isNotNull(), F.col("half_in_range") & ~began_before
+                    ),
                     F.when(~removed, F.col("op_in_range")),
                     F.lit(False),
                 ),
@@ -260,6 +266,13 @@ def ledger(
     )
 
 
+def _first_offset(first_offsets: Mapping[int, int] | None) -> Column:
+    """The offset ``first_offsets`` gives the transaction's half partition (null: none)."""
+    if not first_offsets:
+        return F.lit(None).cast("long")
+    return F.try_element_at(literal_map(first_offsets), F.col("op_partition"))
+
+
 def _op_names_below(
     first_offsets: Mapping[int, int] | None,
     which: Callable[[Column], Column],
@@ -268,13 +281,22 @@ def _op_names_below(
 ) -> Column:
     """Whether a transaction known from its op alone (no half record read, its op not refused
     by the relay) names half offsets (``which`` of them: the least, the greatest) below its
-    partition's offset in ``first_offsets``; ``unknown``: what a partition left out gives."""
-    first = (
-        F.try_element_at(literal_map(first_offsets), F.col("op_partition"))
-        if first_offsets
-        else F.lit(None).cast("long")
+    partition's offset in ``first_offsets``; ``unknown``: what a partition left out gives. An
+    op naming no offset names none below."""
+    first, named = _first_offset(first_offsets), which(F.col("op_half_offsets"))
+    below = (
+        F.when(named.isNull(), F.lit(False))
+        .when(first.isNull(), F.lit(unknown))
+        .otherwise(named < first)
     )
-    below = F.coalesce(which(F.col("op_half_offsets")) < first, F.lit(unknown))
     return F.coalesce(
         F.col("first_half_ms").isNull() & below & F.col("op_refused").isNull(), F.lit(False)
     )
+
+
+def _began_before_read(half_read_from: Mapping[int, int] | None) -> Column:
+    """Whether a transaction with half records read names, in its op, a half offset below the
+    first offset read of its partition: its first half record lies before what was read (and
+    before the range), its later ones in it."""
+    below = F.array_min(F.col("op_half_offsets")) < _first_offset(half_read_from)
+    return F.coalesce(F.col("first_half_ms").isNotNull() & below, F.lit(False))

@@ -101,7 +101,7 @@ def retained(
         )
     except AuditSourceError as err:
         return Retained(
-            half_read_from=first_read or first_offsets_read(inputs.halves),
+            half_read_from=first_offsets_read(inputs.halves) if earliest else first_read,
             unknown=_unknown("the topics' log start offsets", err),
         )
     unknown: str | None = None

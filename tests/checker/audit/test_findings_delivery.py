@@ -263,12 +263,15 @@ def test_a_commit_whose_half_records_lie_before_what_was_read_is_unverifiable_no
     (the real topics read are those the half records read name), so its messages missing from
     the topics read may be on others. Its messages found there count as arrived."""
     sc = Scenario()
-    elsewhere, arrived, refused, in_read = (sc.txn() for _ in range(4))
-    for t in (elsewhere, arrived, refused):
+    elsewhere, arrived, refused = (sc.txn() for _ in range(3))
+    partly = sc.txn(2)  # one message found on a topic read, the other perhaps elsewhere
+    in_read = sc.txn()
+    for t in (elsewhere, arrived, refused, partly):
         sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
-    for t in (elsewhere, arrived, refused, in_read):
+    for t in (elsewhere, arrived, refused, partly, in_read):
         sc.op(t, "COMMIT", at=2_000)
     sc.promote(arrived, at=3_000)
+    sc.promote(partly, [0], at=3_000)
     frames = sc.frames(spark)
     letters = spark.createDataFrame([(refused.txn_id,)], "txn_id string")
     book = L.ledger(
@@ -281,8 +284,9 @@ def test_a_commit_whose_half_records_lie_before_what_was_read_is_unverifiable_no
 
     # the relay dead-lettered its COMMIT: never delivered; in_read's records were read
     assert ids(lost(book, as_of_ms=AS_OF, grace_ms=GRACE)) == {refused.txn_id, in_read.txn_id}
+    assert ids(partial(book, as_of_ms=AS_OF, grace_ms=GRACE)) == set()
     found = unverifiable(book, as_of_ms=AS_OF, grace_ms=GRACE, complete_since_ms={})
-    assert ids(found) == {elsewhere.txn_id}
+    assert ids(found) == {elsewhere.txn_id, partly.txn_id}
 
 
 def test_records_of_a_rollback_whose_half_records_retention_removed_are_still_phantoms(

@@ -141,10 +141,20 @@ def test_a_commit_whose_op_names_half_records_before_what_was_read_has_unknown_r
     for t in (began_before, refused, straddles, missing, unread):
         sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
         sc.op(t, "COMMIT", at=2_000)
+    # partition 2, read from across's second record: resumed's original lies before, its
+    # copy after; across's first record before, its second read
+    resumed = sc.txn(partition=2)
+    across = sc.txn(2, partition=2)
+    sc.halves = [h for h in sc.halves if not (h[0] == across.txn_id and h[4] == 0)]
+    sc.op(across, "COMMIT", at=2_000)
+    sc.op(resumed, "GIVEN_UP", at=2_000, by="checker")
+    sc.put_back(resumed, 0, at=3_000)
+    sc.op(resumed, "RESUMED", at=3_000, by="checker")
+    sc.halves = [h for h in sc.halves if not (h[0] == resumed.txn_id and h[7] is None)]
     frames = sc.frames(spark)
     txns = L.transactions(L.messages(frames["halves"]))
     decided, delivered = L.decisions(frames["ops"]), L.deliveries(frames["promoted"])
-    read_from = {0: max(straddles.offsets)}
+    read_from = {0: max(straddles.offsets), 2: max(across.offsets)}
 
     letters = spark.createDataFrame([(refused.txn_id,)], "txn_id string")
     book = L.ledger(txns, decided, delivered, half_read_from=read_from, refused=letters)
@@ -152,4 +162,9 @@ def test_a_commit_whose_op_names_half_records_before_what_was_read_has_unknown_r
     assert unread_ids == {began_before.txn_id, unread.txn_id}
     # still in scope: judged for everything its op shows (decisions, evidence)
     assert all(row(book, t.txn_id).in_scope for t in (began_before, unread, missing))
+    # its first half record before the range, its second read: out of scope (it was in, its
+    # first message's real topic unknown, its COMMIT partial)
+    assert not row(book, across.txn_id).in_scope
+    assert row(L.ledger(txns, decided, delivered), across.txn_id).in_scope
+    assert row(book, resumed.txn_id).in_scope  # judged where it was resumed
     assert L.ledger(txns, decided, delivered).filter("halves_unread").count() == 0
