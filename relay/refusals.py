@@ -75,11 +75,18 @@ class Refusals:
         self._due: dict[str, float] = {}
         self._retry: str | None = None
         self._parked_logged: set[str] = set()
+        # Each real topic's answer (:meth:`Topics.unwritable`) for the batch being taken: one
+        # answer for all of a batch's questions, so the parked COMMITs, asked first, and those
+        # read since agree on a topic whose condition clears (created, Write granted) while
+        # the batch is taken; asked afresh at the next batch.
+        self._answers: dict[str, str | None] = {}
 
     def begin_batch(self) -> None:
-        """A new batch: it retries the longest refused of those the last one found due."""
+        """A new batch: it retries the longest refused of those the last one found due, and
+        asks again whether each real topic can be written to."""
         self._retry = min(self._due, key=self._due.__getitem__) if self._due else None
         self._due = {}
+        self._answers = {}
 
     def promotable(
         self, topics: Topics, op: OpRecord, records: tuple[HalfRecord, ...]
@@ -120,8 +127,12 @@ class Refusals:
         return self._why_not_by_name(topics, op, names)
 
     def _why_not_by_name(self, topics: Topics, op: OpRecord, names: Iterable[str]) -> str | None:
+        answers = self._answers
         for topic in names:
-            why = topics.unwritable(topic)
+            if topic in answers:
+                why = answers[topic]
+            else:
+                why = answers[topic] = topics.unwritable(topic)
             if why is not None:
                 return why
         if not self.refused:

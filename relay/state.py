@@ -98,6 +98,9 @@ class PartitionState:
     out: list[Action] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
     _log_end: int = 0
+    #: The parked COMMITs were retried for the batch being taken: a Need from the ops that
+    #: follow (records to read back) re-enters take, which must not scan them all again.
+    _parked_retried: bool = False
 
     def __post_init__(self) -> None:
         self.pending = Pending(self.max_held_records)
@@ -179,8 +182,11 @@ class PartitionState:
         self._log_end = max(self._log_end, log_end, self.half_position, self.resumed_end)
         # Parked COMMITs first: a topic-wide condition (the topic missing, or not writable by
         # the relay) parks every COMMIT to the topic in op order, and when it clears they go
-        # before the COMMITs read since, on their keys too.
-        need = retry_parked(self, promotable, still_parked)
+        # before the COMMITs read since, on their keys too. Once a batch.
+        need = None
+        if not self._parked_retried:
+            need = retry_parked(self, promotable, still_parked)
+            self._parked_retried = need is None
         if need is None:
             need = self._handle_ops(verified_end, promotable)
         if need is None:
@@ -194,6 +200,7 @@ class PartitionState:
         if need is not None:
             return need
         actions, self.out = self.out, []
+        self._parked_retried = False
         self.pending.fetched.clear()
         self.rebuild_point.passed(self.half_position)
         if self.half_position >= self.resumed_end:

@@ -91,3 +91,28 @@ def test_transactions_refused_together_are_retried_one_a_batch_the_longest_refus
     refusals.begin_batch()
     assert refusals.promotable(topics, *second) is None
     assert refusals.refused == {}
+
+
+def test_a_batch_has_one_answer_per_topic_even_when_its_condition_clears_meanwhile() -> None:
+    """The topic cache refreshes inside whichever question first finds it due: a topic created
+    while a batch is taken used to be missing for the parked COMMITs, asked first, and present
+    for those read since, which then went first, on their keys too."""
+
+    class Created:
+        asked = 0
+
+        def unwritable(self, topic: str) -> str | None:
+            self.asked += 1
+            return "topic orders does not exist" if self.asked == 1 else None
+
+    refusals, topics = Refusals(park_retry_s=30), Created()
+    parked, later = (commit(f"01a203d8-301f-7701-b6f4-46800000000{i}") for i in (1, 2))
+    refusals.begin_batch()
+    assert refusals.promotable(topics, *parked) is not None
+    assert refusals.promotable(topics, *later) is not None  # the batch's answer, not a new one
+    assert refusals.still_parked(topics, parked[0], ("orders",)) is not None
+    assert topics.asked == 1
+    refusals.begin_batch()
+    assert refusals.still_parked(topics, parked[0], ("orders",)) is None
+    assert refusals.promotable(topics, *later) is None
+    assert topics.asked == 2
