@@ -101,6 +101,8 @@ class BatchCommitter:
         if not self.partitions.states:
             return
         self.refusals.begin_batch()
+        for state in self.partitions.states.values():
+            state.begin_batch()
         batches = {p: self._take(p, state) for p, state in self.partitions.states.items()}
         committed = self.partitions.committed
         todo = {

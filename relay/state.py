@@ -98,9 +98,10 @@ class PartitionState:
     out: list[Action] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
     _log_end: int = 0
-    #: The parked COMMITs were retried for the batch being taken: a Need from the ops that
-    #: follow (records to read back) re-enters take, which must not scan them all again.
-    _parked_retried: bool = False
+    #: The parked COMMITs the batch being taken has yet to retry, in the order they were
+    #: parked (:func:`relay.parked.retry_parked`); None until the batch begins retrying them.
+    #: A read-back (a Need) re-enters take, which goes on from where it stopped.
+    parked_to_retry: deque[str] | None = None
 
     def __post_init__(self) -> None:
         self.pending = Pending(self.max_held_records)
@@ -183,10 +184,7 @@ class PartitionState:
         # Parked COMMITs first: a topic-wide condition (the topic missing, or not writable by
         # the relay) parks every COMMIT to the topic in op order, and when it clears they go
         # before the COMMITs read since, on their keys too. Once a batch.
-        need = None
-        if not self._parked_retried:
-            need = retry_parked(self, promotable, still_parked)
-            self._parked_retried = need is None
+        need = retry_parked(self, promotable, still_parked)
         if need is None:
             need = self._handle_ops(verified_end, promotable)
         if need is None:
@@ -200,7 +198,7 @@ class PartitionState:
         if need is not None:
             return need
         actions, self.out = self.out, []
-        self._parked_retried = False
+        self.begin_batch()
         self.pending.fetched.clear()
         self.rebuild_point.passed(self.half_position)
         if self.half_position >= self.resumed_end:
@@ -208,6 +206,11 @@ class PartitionState:
         self.decided.expire(self.half_position)
         progress = self.progress()
         return Batch(actions, progress.half_offset, progress.op_offset, progress.metadata())
+
+    def begin_batch(self) -> None:
+        """The next take begins a batch: it retries every parked COMMIT again. (Also when the
+        last take ended at a Need nobody answered.)"""
+        self.parked_to_retry = None
 
     @property
     def op_read_position(self) -> int:

@@ -71,7 +71,7 @@ class TopicCache:
         """None when the relay can write to ``topic`` now; else why not, and what to do."""
         now = self._clock()
         if topic in self._writable and now - self._checked_at <= self.refresh_s:
-            return None  # the hot path: once per promoted record
+            return None  # the hot path: once per real topic per batch (relay.refusals)
         if now - self._checked_at > self.refresh_s:
             self._refresh(now, full=True)
         elif topic not in self._topics and now - self._listed_at > self.miss_refresh_s:
@@ -188,6 +188,10 @@ class TopicCache:
                 log.error("cannot create real topic %s: %s", topic, err)
                 self._create_tried[topic] = now  # tried again after miss_refresh_s
                 return
+        except TimeoutError:  # (not a KafkaException: it ended the relay's thread)
+            log.error("cannot create real topic %s: Kafka did not answer within 30 s", topic)
+            self._create_tried[topic] = now
+            return
         finally:
             self._admin.poll(0)
             self._touch()

@@ -11,6 +11,7 @@ from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 
@@ -30,7 +31,7 @@ class Admin:
         self.described: list[list[str]] = []
         self.created: list[str] = []
         self.down = False  # list_topics fails
-        self.may_create = True
+        self.may_create: bool | None = True
 
     def list_topics(self, timeout: float) -> Any:
         self.listed += 1
@@ -59,6 +60,8 @@ class Admin:
         if self.may_create:
             self.topics.add(topic)
             future.set_result(None)
+        elif self.may_create is None:  # no answer: result(30) raises TimeoutError
+            future.set_exception(TimeoutError())
         else:
             future.set_exception(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
         return {topic: future}
@@ -188,9 +191,14 @@ def test_a_failed_listing_is_tried_again_after_the_miss_refresh_not_at_every_cal
     assert admin.listed == 3
 
 
-def test_an_auto_create_kafka_refuses_is_tried_again_only_every_miss_refresh() -> None:
+@pytest.mark.parametrize("answer", [False, None], ids=["refused", "no-answer"])
+def test_an_auto_create_kafka_refuses_is_tried_again_only_every_miss_refresh(
+    answer: bool | None,
+) -> None:
+    """No answer within 30 s raised TimeoutError out of the relay's session: the relay
+    thread died."""
     admin, clock = Admin(set(), {}), Clock()
-    admin.may_create = False
+    admin.may_create = answer
     topics = cache(admin, clock, auto_create=True)
     for _ in range(50):
         assert topics.unwritable("orders") is not None
