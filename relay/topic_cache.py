@@ -188,7 +188,7 @@ class TopicCache:
                 log.error("cannot create real topic %s: %s", topic, err)
                 self._create_tried[topic] = now  # tried again after miss_refresh_s
                 return
-        except TimeoutError:  # (not a KafkaException: it ended the relay's thread)
+        except TimeoutError:  # (not a KafkaException: it ended the relay)
             log.error("cannot create real topic %s: Kafka did not answer within 30 s", topic)
             self._create_tried[topic] = now
             return

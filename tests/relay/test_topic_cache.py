@@ -195,8 +195,8 @@ def test_a_failed_listing_is_tried_again_after_the_miss_refresh_not_at_every_cal
 def test_an_auto_create_kafka_refuses_is_tried_again_only_every_miss_refresh(
     answer: bool | None,
 ) -> None:
-    """No answer within 30 s raised TimeoutError out of the relay's session: the relay
-    thread died."""
+    """No answer within 30 s raised TimeoutError out of the relay (not a KafkaException: the
+    service exited)."""
     admin, clock = Admin(set(), {}), Clock()
     admin.may_create = answer
     topics = cache(admin, clock, auto_create=True)
