@@ -190,7 +190,7 @@ class TopicCache:
                 return
         except TimeoutError:  # (not a KafkaException: it ended the relay)
             log.error("cannot create real topic %s: Kafka did not answer within 30 s", topic)
-            self._create_tried[topic] = now
+            self._create_tried[topic] = self._clock()  # 30 s after now: not at once again
             return
         finally:
             self._admin.poll(0)

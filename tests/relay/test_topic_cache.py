@@ -32,6 +32,7 @@ class Admin:
         self.created: list[str] = []
         self.down = False  # list_topics fails
         self.may_create: bool | None = True
+        self.clock: Clock | None = None  # moved on by the wait for an answer that never comes
 
     def list_topics(self, timeout: float) -> Any:
         self.listed += 1
@@ -60,8 +61,10 @@ class Admin:
         if self.may_create:
             self.topics.add(topic)
             future.set_result(None)
-        elif self.may_create is None:  # no answer: result(30) raises TimeoutError
+        elif self.may_create is None:  # no answer: result(30) raises TimeoutError, 30 s on
             future.set_exception(TimeoutError())
+            if self.clock is not None:
+                self.clock.now += 30
         else:
             future.set_exception(KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)))
         return {topic: future}
@@ -198,7 +201,7 @@ def test_an_auto_create_kafka_refuses_is_tried_again_only_every_miss_refresh(
     """No answer within 30 s raised TimeoutError out of the relay (not a KafkaException: the
     service exited)."""
     admin, clock = Admin(set(), {}), Clock()
-    admin.may_create = answer
+    admin.may_create, admin.clock = answer, clock
     topics = cache(admin, clock, auto_create=True)
     for _ in range(50):
         assert topics.unwritable("orders") is not None
