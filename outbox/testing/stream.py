@@ -202,6 +202,16 @@ class StreamWriter:
             ]
             self._produce(topic or message.topic, message.key, message.value, headers, None)
 
+    def commit_and_promote(self, txns: Sequence[StreamTxn]) -> None:
+        """COMMIT each of ``txns`` (their halves flushed), then promote them all, as producers
+        and the relay do on the happy path; flushed."""
+        for txn in txns:
+            self.decide(txn, OpState.COMMIT)
+        self.flush()
+        for txn in txns:
+            self.promote(txn)
+        self.flush()
+
     def refuse(self, txn: StreamTxn, state: OpState, reason: str) -> None:
         """``txn``'s last op (written with :meth:`decide`, flushed) on the dead-letter topic, as
         the relay refuses one whose half records it cannot find (retention removed them): the

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from checker.audit import ledger as L
@@ -92,6 +94,21 @@ def test_a_transaction_is_answered_by_evidence_only_when_all_its_half_records_sa
     assert row(book, halves_gone.txn_id).check_by is None  # not known: no half record read
 
 
+def resumed_from_its_copy(sc: Scenario, t: Any) -> None:
+    """``t`` given up, put back (one copy) and resumed; its original half records not read."""
+    sc.op(t, "GIVEN_UP", at=2_000, by="checker")
+    sc.put_back(t, 0, at=3_000)
+    sc.op(t, "RESUMED", at=3_000, by="checker")
+    sc.halves = [h for h in sc.halves if not (h[0] == t.txn_id and h[7] is None)]
+
+
+def ledger_inputs(sc: Scenario, spark: Any) -> tuple[Any, Any, Any]:
+    """The transactions, decisions and deliveries :func:`L.ledger` takes, from ``sc``."""
+    frames = sc.frames(spark)
+    txns = L.transactions(L.messages(frames["halves"]))
+    return txns, L.decisions(frames["ops"]), L.deliveries(frames["promoted"])
+
+
 def test_a_transaction_whose_half_records_retention_removed_is_out_of_scope(spark) -> None:
     """Known from its op alone, it is judged only while the half offsets its op names are still
     on the half topic: below the partition's log start, retention took them (and likely its
@@ -104,13 +121,8 @@ def test_a_transaction_whose_half_records_retention_removed_is_out_of_scope(spar
         sc.halves = [h for h in sc.halves if h[0] != t.txn_id]
         sc.op(t, "COMMIT", at=2_000)
     resumed = sc.txn(partition=0)
-    sc.op(resumed, "GIVEN_UP", at=2_000, by="checker")
-    sc.put_back(resumed, 0, at=3_000)
-    sc.op(resumed, "RESUMED", at=3_000, by="checker")
-    sc.halves = [h for h in sc.halves if not (h[0] == resumed.txn_id and h[7] is None)]
-    frames = sc.frames(spark)
-    txns = L.transactions(L.messages(frames["halves"]))
-    decided, delivered = L.decisions(frames["ops"]), L.deliveries(frames["promoted"])
+    resumed_from_its_copy(sc, resumed)
+    txns, decided, delivered = ledger_inputs(sc, spark)
     starts = {0: max(resumed.offsets) + 1, 1: min(missing.offsets)}  # the copy is above
 
     letters = spark.createDataFrame([(refused.txn_id,)], "txn_id string")
@@ -147,13 +159,8 @@ def test_a_commit_whose_op_names_half_records_before_what_was_read_has_unknown_r
     across = sc.txn(2, partition=2)
     sc.halves = [h for h in sc.halves if not (h[0] == across.txn_id and h[4] == 0)]
     sc.op(across, "COMMIT", at=2_000)
-    sc.op(resumed, "GIVEN_UP", at=2_000, by="checker")
-    sc.put_back(resumed, 0, at=3_000)
-    sc.op(resumed, "RESUMED", at=3_000, by="checker")
-    sc.halves = [h for h in sc.halves if not (h[0] == resumed.txn_id and h[7] is None)]
-    frames = sc.frames(spark)
-    txns = L.transactions(L.messages(frames["halves"]))
-    decided, delivered = L.decisions(frames["ops"]), L.deliveries(frames["promoted"])
+    resumed_from_its_copy(sc, resumed)
+    txns, decided, delivered = ledger_inputs(sc, spark)
     read_from = {0: max(straddles.offsets), 2: max(across.offsets)}
 
     letters = spark.createDataFrame([(refused.txn_id,)], "txn_id string")

@@ -38,11 +38,7 @@ def committed_and_promoted(acl_broker: AclKafka, prefix: str, topics: list[str])
     w = StreamWriter(acl_broker.plain, prefix=prefix, partitions=1)
     txns = [w.begin([(topic, b"k", b"v")]) for topic in topics]
     w.flush()
-    for t in txns:
-        w.decide(t, OpState.COMMIT)
-    w.flush()
-    for t in txns:
-        w.promote(t)
+    w.commit_and_promote(txns)
     w.close()
 
 

@@ -18,7 +18,6 @@ import pytest
 
 from checker.audit.job import run_audit
 from checker.audit.settings import AuditSettings
-from outbox.protocol import OpState
 from outbox.testing.stream import StreamTxn, StreamWriter
 from tests.kafka_helpers import create_topic, unique
 
@@ -37,15 +36,6 @@ def _begin(w: StreamWriter, topic: str, n: int) -> list[StreamTxn]:
     return txns
 
 
-def _commit_and_promote(w: StreamWriter, txns: list[StreamTxn]) -> None:
-    for t in txns:
-        w.decide(t, OpState.COMMIT)
-    w.flush()
-    for t in txns:
-        w.promote(t)
-    w.flush()
-
-
 def test_offsets_from_a_later_half_offset_do_not_make_earlier_commits_lost(
     spark: Any, kafka_bootstrap: str, tmp_path: Any
 ) -> None:
@@ -53,9 +43,9 @@ def test_offsets_from_a_later_half_offset_do_not_make_earlier_commits_lost(
     op topic, not named, is read whole; its earlier COMMITs name half offsets below the range."""
     early, late = unique("early"), unique("late")
     w = _writer(kafka_bootstrap, early, late)
-    _commit_and_promote(w, _begin(w, early, 3))
+    w.commit_and_promote(_begin(w, early, 3))
     later = _begin(w, late, 2)
-    _commit_and_promote(w, later)
+    w.commit_and_promote(later)
     w.close()
     start = {w.topics.half: {"0": min(later[0].half_offsets())}}
 
@@ -88,9 +78,9 @@ def test_a_transaction_begun_before_the_lookback_and_committed_in_the_range_is_n
     begun_early = _begin(w, early, 3)
     time.sleep(2.0)
     start_ms = int(time.time() * 1000)
-    _commit_and_promote(w, begun_early)
+    w.commit_and_promote(begun_early)
     in_range = _begin(w, late, 2)
-    _commit_and_promote(w, in_range)
+    w.commit_and_promote(in_range)
     w.close()
 
     result = run_audit(
