@@ -110,5 +110,6 @@ class Checker:
         return self.health.live(self.settings.liveness_limit_s)
 
     def ready(self) -> tuple[bool, str]:
-        """Ready once every assigned partition was read to its end since it was assigned."""
+        """Ready once every assigned partition was read to its end since it was assigned,
+        and the registry topic too (which producer instances are live is known)."""
         return self.health.ready()

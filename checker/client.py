@@ -32,11 +32,14 @@ log = logging.getLogger("checker")
 
 
 class NoAnswer(Exception):
-    """No instance of the group answered: ``asked`` is False when none was live to ask."""
+    """No instance of the group answered: ``asked`` is False when none was live to ask;
+    ``known`` is False when which instances are live is not known (the registry unread): not
+    held against the group."""
 
-    def __init__(self, message: str, *, asked: bool = True) -> None:
+    def __init__(self, message: str, *, asked: bool = True, known: bool = True) -> None:
         super().__init__(message)
         self.asked = asked
+        self.known = known
 
 
 class CheckClient:

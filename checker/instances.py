@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from outbox.broker_clock import BrokerClock
 from outbox.errors import ProtocolError
@@ -15,10 +16,32 @@ from outbox.protocol.registry import Registration, decode_registration
 
 log = logging.getLogger("checker")
 
+#: How often a refused registry is asked again (:meth:`LiveInstances._ask_again`).
+ASK_AGAIN_S = 5.0
+#: Records a consume call takes, and how long one poll goes on reading full batches.
+BATCH, POLL_BUDGET_S = 1000, 0.5
+
+#: Kafka's answers that the registry cannot be read as configured (not a broker away).
+REFUSED = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    }
+)
+
 
 class LiveInstances:
     """Reads the registry topic from its start; an instance is live while its heartbeat is fresh:
-    its broker stamp within ``ttl_s`` of ``clock``'s now, which these reads keep current."""
+    its broker stamp within ``ttl_s`` of ``clock``'s now, which these reads keep current.
+
+    "No live instance" is only known once the registry was read to its end, and while Kafka
+    does not refuse it (:attr:`unread`). A registry the checker's principal may not read (an
+    ACL left out: it is the one internal topic the checker only reads) used to fail silently:
+    every group looked gone, and its transactions were given up after
+    ``no_producer_timeout_s``, a live producer's committed ones among them.
+    """
 
     def __init__(
         self,
@@ -31,19 +54,63 @@ class LiveInstances:
         self.ttl_ms = int(ttl_s * 1000)
         self.clock = clock or BrokerClock()
         self._seen: dict[bytes, tuple[Registration, int]] = {}
+        self.topic = topic
         self._consumer = Consumer(
             log_to_python(
-                {**config, "group.id": "outbox-checker-registry", "enable.auto.commit": False}
+                {
+                    **config,
+                    "group.id": "outbox-checker-registry",
+                    "enable.auto.commit": False,
+                    "enable.partition.eof": True,  # read to its end: "none live" is known
+                    # an offset gone (DeleteRecords, a topic made again): from the start, not
+                    # from the end, which would look read through with nothing read
+                    "auto.offset.reset": "earliest",
+                }
             )
         )
         self._consumer.assign([TopicPartition(topic, 0, 0)])
+        self._at_end = False
+        self._refused: str | None = None
+        self._refused_code: int | None = None  # logged once a refusal, per cause
+        self._stale = False  # refused since the last assign: what comes was fetched before
+        self._next = 0  # the next offset to read
+        self._asked_again = 0.0
+
+    @property
+    def unread(self) -> str | None:
+        """Why which instances are live is not known now (None: it is): the registry is not
+        read to its end yet, or Kafka refuses it."""
+        if self._refused is not None:
+            return f"the registry topic {self.topic} cannot be read ({self._refused})"
+        if not self._at_end:
+            return f"the registry topic {self.topic} is not read to its end yet"
+        return None
 
     def poll(self) -> None:
-        messages = self._consumer.consume(1000, 0)
+        """Read what the registry has now: batches while they come full, for up to
+        :data:`POLL_BUDGET_S` (a checker starting reads a week of heartbeats before it knows
+        which instances are live; a batch a loop turn took minutes)."""
+        if self._refused is not None or not self._at_end:
+            self._ask_again()
+        started = time.monotonic()
+        while True:
+            messages = self._consumer.consume(BATCH, 0)
+            self._read(messages)
+            if len(messages) < BATCH or time.monotonic() - started > POLL_BUDGET_S:
+                return
+
+    def _read(self, messages: list[Message]) -> None:
         self.clock.read(messages)
         for msg in messages:
-            key = msg.key()
-            if msg.error() or key is None:
+            key, error = msg.key(), msg.error()
+            if error is not None:
+                self._error(error)
+                continue
+            if self._refused is not None and not self._stale:
+                log.info("the checker reads the registry topic %s again", self.topic)
+                self._refused = self._refused_code = None
+            self._next = (msg.offset() or 0) + 1
+            if key is None:
                 continue
             try:
                 reg = decode_registration(msg.value())
@@ -54,6 +121,59 @@ class LiveInstances:
                 self._seen.pop(key, None)
             else:
                 self._seen[key] = (reg, msg.timestamp()[1])
+
+    def _ask_again(self) -> None:
+        """Every few seconds while the registry is refused or not read to its end.
+
+        librdkafka tells a refused fetch once, and that the registry is read to its end only
+        on reaching a new end: once granted, an idle registry would say neither. Assigned
+        again, it tells one or the other (what was fetched before the assign is dropped: a
+        stale end cannot clear the refusal). A topic Kafka refuses to describe (no ACL at all)
+        is refused in metadata, which librdkafka does not report for a partition it never
+        read: asked here."""
+        now = time.monotonic()
+        if now - self._asked_again < ASK_AGAIN_S:
+            return
+        self._asked_again = now
+        if self._refused is None:
+            try:
+                found = self._consumer.list_topics(self.topic, timeout=1).topics.get(self.topic)
+            except KafkaException:
+                return  # a broker away: nothing learnt
+            if found is None or found.error is None:
+                return  # readable as far as Kafka says: reading on
+            self._error(found.error)
+            if self._refused is None:
+                return
+        self._consumer.assign([TopicPartition(self.topic, 0, self._next)])
+        self._stale = False
+
+    def _error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF:
+            if self._stale:
+                return  # fetched before the refusal: says nothing of now
+            if self._refused is not None:
+                log.info("the checker reads the registry topic %s again", self.topic)
+            self._at_end, self._refused, self._refused_code = True, None, None
+            return
+        if error.code() not in REFUSED:
+            return  # a broker away: librdkafka reconnects, the view waits for fresh heartbeats
+        # known again only once read to a fresh end: the first records after a refusal are
+        # a backlog, its heartbeats stale; and an end fetched before the refusal says nothing
+        self._at_end, self._stale = False, True
+        if error.code() != self._refused_code:
+            self._refused_code = error.code()
+            log.error(
+                "the checker cannot read the registry topic %s (%s): it does not know which "
+                "producer instances are live, so it neither checks nor gives up transactions "
+                "of groups it knows no live instance of until it can; %s",
+                self.topic,
+                error.str(),
+                "grant the checker's principal Read on the topic"
+                if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+                else "create it with `kafka-outbox topics ensure`",
+            )
+        self._refused = error.str()
 
     def live(self, group: str, now_ms: int | None = None) -> list[Registration]:
         now_ms = self.clock.now_ms() if now_ms is None else now_ms

@@ -26,6 +26,10 @@ HELP = {
     ),
     "unreachable": "Checks that found no producer instance answering.",
     "breaker_trips": "Times a producer group's circuit breaker opened.",
+    "held": (
+        "Checks not made because which producer instances are live is not known (the registry "
+        "topic not read to its end yet, or refused: see the checker's readiness)."
+    ),
     "write_failures": "Ops and dead letters the broker did not take (ops are checked again).",
     "orphans": (
         "Undecided transactions taken up from put-back copies, their original half records "

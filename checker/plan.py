@@ -26,6 +26,7 @@ class CheckerStats:
     breaker_trips: int = 0
     write_failures: int = 0
     orphans: int = 0
+    held: int = 0
 
     def add(self, other: CheckerStats) -> None:
         for f in fields(self):

@@ -176,10 +176,15 @@ class CheckRound:
         """Runs in a worker thread: HTTP only, no Kafka client is touched here."""
         instances = self.instances.pick(group, self.settings.failover_attempts)
         if not instances:
+            unread = self.instances.unread
+            if unread is not None:
+                return NoAnswer(f"{unread}: no live instance known", asked=False, known=False)
             return NoAnswer(f"no live instance of producer group {group!r}", asked=False)
         try:
             return self.client.check(instances, transactions)
         except NoAnswer as err:
+            if self.instances.unread is not None:  # the ones asked may be stale: not held
+                return NoAnswer(str(err), known=False)  # against the group
             return err
 
     # -- answers ---------------------------------------------------------------------------
@@ -195,6 +200,11 @@ class CheckRound:
         halves_read: bool,
     ) -> None:
         if isinstance(result, NoAnswer):
+            if not result.known:  # no check counted, no unreachable time started
+                self.stats.held += len(entries)
+                for entry in entries:
+                    self.tracker.hold(entry, now_ms)
+                return
             if result.asked:
                 self._trip(group, [True] * len(entries), now_ms)
             self._unreachable(entries, now_ms, str(result), plan)

@@ -296,7 +296,10 @@ class Session:
             for p in self.assigned
             if (self.names.half, p) not in self.at_end or (self.names.op, p) not in self.at_end
         ]
-        if self.assigned and not behind:
+        unread = self.instances.unread
+        if self.assigned and not behind and unread is not None:
+            self.health.set_ready(False, f"caught up, but {unread}")
+        elif self.assigned and not behind:
             self.health.set_ready(True, "caught up")
         elif self.assigned:
             self.health.set_ready(False, f"reading partitions {sorted(behind)} to their end")

@@ -197,6 +197,11 @@ class Tracker:
         entry.due_ms = now_ms + min(self.interval_ms, 5_000)
         return now_ms - entry.unreachable_since_ms
 
+    def hold(self, entry: Pending, now_ms: int) -> None:
+        """Which producer instances are live is not known (the registry unread): due again
+        shortly, no check counted, no unreachable time started."""
+        entry.due_ms = now_ms + min(self.interval_ms, 5_000)
+
     def later(self, entry: Pending, now_ms: int) -> None:
         """Not decided this time for a reason of the checker's own: due again after the
         interval, no check counted."""
