@@ -68,6 +68,19 @@ def grant_the_checker(
     )
 
 
+def fresh_topics(broker: AclKafka, prefix: str) -> OutboxSettings:
+    """Group "orders"'s settings on new internal topics (one partition) under ``prefix``, made
+    by the super user."""
+    settings = OutboxSettings(
+        bootstrap_servers=broker.plain,
+        producer_group="orders",
+        topic_prefix=unique(prefix),
+        partitions=1,
+    )
+    ensure_topics(settings)
+    return settings
+
+
 def committed_without_its_op(producer: OutboxProducer, session_factory: Any) -> str:
     """A transaction committed in the database whose COMMIT op never reached the op topic (the
     producer stopped between the two): only the check endpoint knows."""
@@ -87,13 +100,7 @@ def test_a_registry_the_checker_may_not_read_holds_its_checks_instead_of_giving_
     session_factory: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    settings = OutboxSettings(
-        bootstrap_servers=acl_broker.plain,
-        producer_group="orders",
-        topic_prefix=unique("__outbox-acl-checker"),
-        partitions=1,
-    )
-    ensure_topics(settings)
+    settings = fresh_topics(acl_broker, "__outbox-acl-checker")
     topics = Topics(acl_broker.plain, settings)
     checking = checker_settings(
         acl_broker.sasl,
@@ -143,13 +150,7 @@ def test_the_registry_reader_knows_when_kafka_refuses_it_and_when_it_may_read_ag
     an idle registry (no producer heartbeating) granted again said neither, and the checker
     would have waited on it for ever. With no ACL at all Kafka refuses the topic in metadata,
     which librdkafka does not report for a partition it never read."""
-    settings = OutboxSettings(
-        bootstrap_servers=acl_broker.plain,
-        producer_group="orders",
-        topic_prefix=unique("__outbox-acl-registry"),
-        partitions=1,
-    )
-    ensure_topics(settings)
+    settings = fresh_topics(acl_broker, "__outbox-acl-registry")
     registry = settings.topics.registry
     if describe:
         acl_broker.allow(CHECKER, ResourceType.TOPIC, registry, AclOperation.DESCRIBE)
