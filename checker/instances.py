@@ -74,7 +74,7 @@ class LiveInstances:
         self._refused_code: int | None = None  # logged once a refusal, per cause
         self._stale = False  # refused since the last assign: what comes was fetched before
         self._next = 0  # the next offset to read
-        self._asked_again = 0.0
+        self._asked_again = time.monotonic()  # not at start: a start reads on undisturbed
 
     @property
     def unread(self) -> str | None:
