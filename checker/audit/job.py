@@ -7,19 +7,20 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from checker.audit import ledger as ledger_mod
 from checker.audit.bounds import Earliest, describe
+from checker.audit.cache_scope import Cache, CacheScope
 from checker.audit.findings import FINDINGS, decisions, delivery, evidence, order
-from checker.audit.output import finish_summary, write_finding, write_report
+from checker.audit.output import WrittenFindings, finish_summary, write_finding, write_report
 from checker.audit.retained import Retained, retained
 from checker.audit.settings import AuditSettings, Resolved
 from checker.audit.source import AuditInputs, load_inputs, typed
@@ -31,10 +32,11 @@ PARALLEL_JOBS = 4
 
 @dataclass
 class AuditResult:
-    """The verdict, the summary written to ``summary.json`` and the findings (cached)."""
+    """The verdict, the summary written to ``summary.json`` and the findings, read from the
+    Parquet files the run wrote (:class:`checker.audit.output.WrittenFindings`)."""
 
     summary: dict[str, Any]
-    findings: dict[str, DataFrame] = field(default_factory=dict)
+    findings: Mapping[str, DataFrame] = field(default_factory=dict)
     out_dir: Path = Path(".")
 
     @property
@@ -64,17 +66,19 @@ def compute_findings(
     settings: AuditSettings,
     resolved: Resolved,
     held: Retained | None = None,
+    *,
+    cache: Cache,
 ) -> tuple[dict[str, DataFrame], DataFrame, dict[str, DataFrame]]:
-    """Every finding as a DataFrame, the (cached) ledger they were judged on, and what was not
-    judged because the topics no longer hold it (:mod:`checker.audit.retained`), by the name
-    of the summary's statistic that counts it."""
+    """Every finding as a DataFrame (cached with ``cache``), the (cached) ledger they were
+    judged on, and what was not judged because the topics no longer hold it
+    (:mod:`checker.audit.retained`), by the name of the summary's statistic that counts it."""
     held = held or Retained()
     frames = typed(inputs)
     halves, ops, promoted = frames["halves"], frames["ops"], frames["promoted"]
-    delivered = ledger_mod.deliveries(promoted).persist(StorageLevel.MEMORY_AND_DISK)
+    delivered = cache(ledger_mod.deliveries(promoted))
     messages = ledger_mod.messages(halves)
     txns = ledger_mod.transactions(messages)
-    ops = ledger_mod.ranked_ops(ops).persist(StorageLevel.MEMORY_AND_DISK)
+    ops = cache(ledger_mod.ranked_ops(ops))
     # the transactions of the ops the relay refused, by where those ops are
     # (few: broadcast, so that the ops are not shuffled for them)
     # (few, usually none: looked for in the small cached dead letters, and only then joined)
@@ -96,7 +100,7 @@ def compute_findings(
         half_read_from=held.half_read_from,
         refused=refused,
     )
-    book = book.persist(StorageLevel.MEMORY_AND_DISK)
+    book = cache(book)
     as_of, grace, window = resolved.as_of_ms, settings.grace_ms, settings.window_ms
     since = {t: ms for t, ms in held.complete_since_ms.items() if t in inputs.real_topics}
     unknown_since = held.complete_since_ms.get(settings.topics.op)
@@ -128,9 +132,7 @@ def compute_findings(
             horizon_ms=inputs.evidence_horizon_ms,
         )
     ordered = {name: found[name] for name in FINDINGS if name in found}
-    cached = {
-        n: f if f.is_cached else f.persist(StorageLevel.MEMORY_AND_DISK) for n, f in ordered.items()
-    }
+    cached = {n: f if f.is_cached else cache(f) for n, f in ordered.items()}
     unjudged = {
         "commits_unverifiable": delivery.unverifiable(
             arrived, as_of_ms=as_of, grace_ms=grace, complete_since_ms=since
@@ -148,7 +150,8 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
 
     Independent Spark jobs (materialising the sources, each finding, the statistics) are
     submitted from a few threads at once: on small data they wait on scheduling and file
-    commits more than on CPU.
+    commits more than on CPU. What the run caches is released when it returns or fails
+    (:mod:`checker.audit.cache_scope`): a session may run audit after audit.
 
     Raises:
         AuditConfigError: bad settings, or the internal topics do not exist.
@@ -159,8 +162,11 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
     out_dir = Path(settings.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     parquet_root = settings.parquet_dir or str(out_dir / "findings")
-    with ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="audit") as pool:
-        inputs = load_inputs(spark, settings, resolved)
+    with (
+        CacheScope() as scope,
+        ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="audit") as pool,
+    ):
+        inputs = load_inputs(spark, settings, resolved, cache=scope.cache)
         sources = {
             "half_records_read": inputs.halves,
             "op_records_read": inputs.ops,
@@ -179,7 +185,9 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
             earliest=isinstance(resolved.start, Earliest),
         )
         clock.lap("read")
-        found, book, unjudged = compute_findings(inputs, settings, resolved, held)
+        found, book, unjudged = compute_findings(
+            inputs, settings, resolved, held, cache=scope.cache
+        )
         book.count()
         unverifiable = {name: pool.submit(frame.count) for name, frame in unjudged.items()}
         clock.lap("ledger")
@@ -202,6 +210,7 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
         }
         written = {name: future.result() for name, future in outputs.items()}
         figures = stats.result()
+        judged = {name: future.result() for name, future in unverifiable.items()}
         clock.lap("findings and statistics")
     summary = finish_summary(
         {
@@ -209,7 +218,7 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
             "statistics": {
                 **read,
                 **figures.counts,
-                **{name: future.result() for name, future in unverifiable.items()},
+                **judged,
             },
             "latency_ms": figures.latencies,
             "report": str(out_dir / "report.html"),
@@ -218,7 +227,7 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
         written,
     )
     write_report(summary, written, figures.histograms, out_dir)
-    return AuditResult(summary=summary, findings=found, out_dir=out_dir)
+    return AuditResult(summary=summary, findings=WrittenFindings(spark, written), out_dir=out_dir)
 
 
 class _Phases:

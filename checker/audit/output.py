@@ -8,7 +8,7 @@ the driver; the report shows the first rows of each finding, the Parquet files h
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,31 @@ def write_finding(
     path = f"{parquet_root.rstrip('/')}/{name}.parquet"
     frame.coalesce(1).write.mode("overwrite").parquet(path)
     return FindingOutput(name, FindingTable(frame.columns, rows, total), path)
+
+
+class WrittenFindings(Mapping[str, DataFrame]):
+    """Each finding as a DataFrame over the Parquet files a run wrote: what its summary counted,
+    whatever the topics hold since, with nothing of the run left cached. Read when first asked
+    for (the CLI never asks; on a cluster the driver may not see a local ``--parquet-dir``).
+    Another run writing to the same place replaces the files under a DataFrame read before:
+    give each run its own ``out_dir``."""
+
+    def __init__(self, spark: Any, written: Mapping[str, FindingOutput]) -> None:
+        self._spark = spark
+        self._paths = {name: w.parquet for name, w in written.items()}
+        self._read: dict[str, DataFrame] = {}
+
+    def __getitem__(self, name: str) -> DataFrame:
+        if name not in self._read:
+            frame: DataFrame = self._spark.read.parquet(self._paths[name])
+            self._read[name] = frame
+        return self._read[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._paths)
 
 
 def finish_summary(summary: dict[str, Any], written: Mapping[str, FindingOutput]) -> dict[str, Any]:

@@ -13,12 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from checker.audit import records
+from checker.audit.cache_scope import Cache
 from checker.audit.errors import AuditConfigError
 from checker.audit.evidence_source import read_evidence, read_horizon
 from checker.audit.metadata import topic_partitions
@@ -64,10 +64,6 @@ class AuditInputs:
     real_topics: list[str] = field(default_factory=list)
     missing_real_topics: list[str] = field(default_factory=list)
 
-    def release(self) -> None:
-        for frame in (self.halves, self.ops, self.promoted, self.dead_letters, self.unreadable):
-            frame.unpersist()
-
 
 def read_topic(spark: Any, settings: AuditSettings, read: TopicRead) -> DataFrame:
     """The raw rows of one topic, over the range ``read`` names."""
@@ -93,17 +89,12 @@ def empty_raw(spark: Any) -> DataFrame:
     return frame
 
 
-def _cache(frame: DataFrame) -> DataFrame:
-    return frame.persist(StorageLevel.MEMORY_AND_DISK)
-
-
-def _cache_by_transaction(frame: DataFrame) -> DataFrame:
-    """Cached in the layout every later step wants (:mod:`checker.audit.partitioning`)."""
-    return _cache(by_transaction(frame))
-
-
-def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> AuditInputs:
-    """Read the half, op, real and dead-letter topics and the evidence table.
+def load_inputs(
+    spark: Any, settings: AuditSettings, resolved: Resolved, *, cache: Cache
+) -> AuditInputs:
+    """Read the half, op, real and dead-letter topics and the evidence table, each cached with
+    ``cache`` (the half, op and real records in the layout every later step wants:
+    :mod:`checker.audit.partitioning`).
 
     Raises:
         AuditConfigError: the half or op topic does not exist (wrong prefix?).
@@ -128,13 +119,16 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
             lookback_ms=settings.lookback_ms,
         )
 
+    def cache_by_transaction(frame: DataFrame) -> DataFrame:
+        return cache(by_transaction(frame))
+
     cut = resolved.as_of_ms
     half_read = plan(names.half)
-    halves = _cache_by_transaction(
+    halves = cache_by_transaction(
         records.halves(read_topic(spark, settings, half_read), half_read.in_range, as_of_ms=cut)
     )
     op_read = plan(names.op)
-    ops = _cache_by_transaction(
+    ops = cache_by_transaction(
         records.ops(read_topic(spark, settings, op_read), op_read.in_range, as_of_ms=cut)
     )
 
@@ -146,7 +140,7 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         records.promoted(read_topic(spark, settings, r), r.in_range, as_of_ms=cut)
         for r in (plan(t) for t in present)
     ]
-    promoted = _cache_by_transaction(
+    promoted = cache_by_transaction(
         union_all(promoted_raw)
         if promoted_raw
         else records.promoted(empty_raw(spark), half_read.in_range, as_of_ms=cut)
@@ -155,13 +149,13 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
         dead_raw = read_topic(spark, settings, plan(names.dead_letter))
     else:
         dead_raw = empty_raw(spark)
-    dead_letters = _cache(records.dead_letters(dead_raw, as_of_ms=cut, op_topic=names.op))
-    unreadable = _cache(
+    dead_letters = cache(records.dead_letters(dead_raw, as_of_ms=cut, op_topic=names.op))
+    unreadable = cache(
         records.unreadable(halves, names.half)
         .unionByName(records.unreadable(ops, names.op))
         .unionByName(records.unreadable(promoted, "real"))
     )
-    evidence, horizon = _evidence(spark, settings)
+    evidence, horizon = _evidence(spark, settings, cache)
     return AuditInputs(
         halves=halves,
         ops=ops,
@@ -176,7 +170,9 @@ def load_inputs(spark: Any, settings: AuditSettings, resolved: Resolved) -> Audi
     )
 
 
-def _evidence(spark: Any, settings: AuditSettings) -> tuple[DataFrame | None, int | None]:
+def _evidence(
+    spark: Any, settings: AuditSettings, cache: Cache
+) -> tuple[DataFrame | None, int | None]:
     """The evidence rows (cached) and the table's pruning horizon; nothing without a URL."""
     if not settings.evidence_url:
         return None, None
@@ -185,7 +181,7 @@ def _evidence(spark: Any, settings: AuditSettings) -> tuple[DataFrame | None, in
         "user": settings.evidence_user,
         "password": settings.evidence_password,
     }
-    rows = _cache(read_evidence(spark, settings.evidence_url, **where))
+    rows = cache(read_evidence(spark, settings.evidence_url, **where))
     return rows, read_horizon(spark, settings.evidence_url, **where)
 
 
