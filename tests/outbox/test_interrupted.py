@@ -44,6 +44,7 @@ import functools
 import os
 import sys
 import uuid
+import weakref
 from collections.abc import Callable, Coroutine, Iterator
 from types import CodeType, FrameType
 from typing import Any
@@ -62,6 +63,7 @@ from outbox import (
     OutboxSettings,
     TransactionalProducer,
 )
+from outbox.checks.executing import ExecutingMarks
 from tests.checker.test_checker import SECRET
 from tests.outbox.test_asyncio import async_factory
 from tests.pipeline import Pipeline, pipeline
@@ -99,6 +101,8 @@ class Interrupt:
         name = frame.f_code.co_filename
         if not name.startswith(OUTBOX) or name.startswith(TESTING):
             return
+        if in_finalizer(frame):
+            return
         if self.task is not None and asyncio.current_task() is not self.task:
             return  # another task's, or a callback's: the loop's, not this transaction's
         self.points += 1
@@ -107,6 +111,26 @@ class Interrupt:
             if event == "c_return":
                 self.where += f" after {getattr(arg, '__qualname__', arg)}()"
             raise self.exc(self.where)
+
+
+#: ``weakref.finalize``'s own code: what runs a finalizer when its object goes.
+FINALIZE = os.path.abspath(weakref.__file__)
+
+
+def in_finalizer(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside a finalizer (a ``__del__``, a ``weakref.finalize``
+    callback), started by the garbage collector at whatever line dropped the last reference. A
+    signal handler raising there does not reach the caller: CPython prints "Exception ignored
+    in ..." and goes on. Not a point the caller can be interrupted at (counted, it left the
+    caller with no exception at all, now and then: a mark's folder finalized mid-transaction)."""
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or (
+            code.co_name == "__call__" and os.path.abspath(code.co_filename) == FINALIZE
+        ):
+            return True
+        frame = frame.f_back
+    return False
 
 
 #: CPython 3.11's RESUME runs pending signal handlers only at a function's start (oparg 0) and
@@ -356,6 +380,20 @@ def any_op_producer(request: pytest.FixtureRequest) -> OutboxProducer:
     name = "producer" if request.param == "op-acknowledged" else "one_way_producer"
     found: OutboxProducer = request.getfixturevalue(name)
     return found
+
+
+def test_the_harness_counts_no_point_in_a_finalizer(tmp_path: Any) -> None:
+    """A finalizer of the outbox's own (a producer's executing marks, removing their folder)
+    runs wherever the last reference goes: an interrupt raised in it never reaches the caller,
+    so it is no point to test."""
+    marks = [ExecutingMarks(str(tmp_path / f"marks-{n}")) for n in range(2)]
+
+    counting = Interrupt(None, KeyboardInterrupt)
+    assert traced(counting, marks.pop) is None  # the popped marks go, their finalizer runs
+    assert counting.points == 0, "points counted in the finalizer"
+    interrupted = Interrupt(1, KeyboardInterrupt)
+    assert traced(interrupted, marks.pop) is None
+    assert interrupted.where is None
 
 
 @pytest.mark.parametrize(
