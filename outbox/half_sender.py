@@ -23,6 +23,7 @@ from tenacity import RetryError, Retrying, retry_if_exception, stop_after_attemp
 
 from outbox.acks import Waiter, backoff_s, future_setter
 from outbox.errors import HalfSendError
+from outbox.kafka_permissions import grant_hint
 from outbox.logs import fields
 from outbox.metrics import ProducerMetrics
 from outbox.protocol.half import HalfMessage, encode_half_headers
@@ -232,8 +233,10 @@ class HalfSender:
     def _outcome(self, batch: HalfBatch, waiter: Waiter) -> list[int]:
         if waiter.errors:
             error = waiter.errors[0]
+            topic = self.settings.topics.half
             raise HalfSendError(
-                f"half message(s) of transaction {batch.txn_id} refused: {error.str()}",
+                f"half message(s) of transaction {batch.txn_id} refused by topic {topic}: "
+                f"{error.str()}{grant_hint(error, topic)}",
                 error,
                 reason=HalfSendError.REFUSED,
             )
@@ -279,7 +282,10 @@ class HalfSender:
             ) from err
         except Exception as err:  # KafkaException from produce(): e.g. unknown partition
             kafka_error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
-            raise HalfSendError(f"cannot send a half message: {err}", kafka_error) from err
+            raise HalfSendError(
+                f"cannot send a half message to {topic}: {err}{grant_hint(kafka_error, topic)}",
+                kafka_error,
+            ) from err
 
 
 class PendingHalves:

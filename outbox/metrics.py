@@ -57,6 +57,7 @@ class _Collectors:
     ops_failed: Counter
     checks_answered: Counter
     fences: Counter
+    heartbeats_failed: Counter
 
 
 _registries: weakref.WeakKeyDictionary[Any, _Collectors] = weakref.WeakKeyDictionary()
@@ -103,6 +104,10 @@ class ProducerMetrics:
     def fenced(self) -> None:
         """A check wrote a fence row: the transaction it names can no longer commit."""
         self._fences.inc()
+
+    def heartbeat_failed(self, reason: str) -> None:
+        """A heartbeat did not reach the registry topic (``reason``: Kafka's error name)."""
+        self._collectors.heartbeats_failed.labels(group=self.group, reason=reason).inc()
 
 
 #: The op states a producer writes (GIVEN_UP and RESUMED are the checker's and the CLI's).
@@ -177,6 +182,15 @@ def _make(registry: CollectorRegistry) -> _Collectors:
                 "Checks that fenced a transaction: wrote the fence row that makes its late "
                 "commit fail (answered ROLLBACK).",
                 ["group"],
+                registry=registry,
+            ),
+            heartbeats_failed=Counter(
+                "outbox_producer_heartbeats_failed",
+                "Heartbeats of a check endpoint that did not reach the registry topic, by "
+                "Kafka's error (TOPIC_AUTHORIZATION_FAILED: an ACL missing). While none "
+                "arrives the checker finds no live instance and, after no_producer_timeout_s, "
+                "gives up the group's undecided transactions.",
+                ["group", "reason"],
                 registry=registry,
             ),
         )

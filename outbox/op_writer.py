@@ -21,6 +21,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, Message, Producer
 
 from outbox.acks import Waiter, future_setter
+from outbox.kafka_permissions import grant_hint
 from outbox.logs import fields
 from outbox.metrics import ProducerMetrics
 from outbox.protocol.op import OpRecord, encode_op
@@ -99,12 +100,13 @@ class OpWriter:
                 on_delivery=waiter.callback(0) if waiter else self._delivered(op),
             )
         except Exception as err:
-            return self._failed(op, repr(err))
+            error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
+            return self._failed(op, repr(err), error)
         return True
 
     def _outcome(self, op: OpRecord, waiter: Waiter) -> bool:
         if waiter.errors:
-            return self._failed(op, waiter.errors[0].str())
+            return self._failed(op, waiter.errors[0].str(), waiter.errors[0])
         self._written(op)
         return True
 
@@ -113,7 +115,7 @@ class OpWriter:
             if err is None:
                 self._written(op)
             else:
-                self._failed(op, err.str())
+                self._failed(op, err.str(), err)
 
         return on_delivery
 
@@ -122,15 +124,16 @@ class OpWriter:
         if self.metrics is not None:
             _counted(self.metrics.op_written, op)
 
-    def _failed(self, op: OpRecord, why: str) -> bool:
+    def _failed(self, op: OpRecord, why: str, error: KafkaError | None = None) -> bool:
         self.failed += 1
         if self.metrics is not None:
             _counted(self.metrics.op_failed, op)
         log.warning(
-            "op %s for transaction %s not written (%s); the checker will resolve it",
+            "op %s for transaction %s not written (%s%s); the checker will resolve it",
             op.state.value,
             op.txn_id,
             why,
+            grant_hint(error, self.settings.topics.op),
             extra=fields(txn_id=op.txn_id, partition=op.half_partition, offsets=op.half_offsets),
         )
         return False

@@ -174,7 +174,8 @@ class OutboxProducer:
 
         Raises:
             ConfigurationError: no secret (unless ``insecure_local``), or nothing to answer
-                with: neither engine nor resolver, and no transaction listener.
+                with: neither engine nor resolver, and no transaction listener; or Kafka
+                refused the first heartbeat to the registry topic (an ACL missing).
         """
         if is_async_engine(engine):
             raise WrongFormError(
@@ -191,12 +192,18 @@ class OutboxProducer:
             check_settings, router, host, port, instance_id=instance_id, metrics=self.metrics
         )
         warn_unreachable(host, server.url, advertise_url)
-        heartbeat = Heartbeat(
-            self.settings,
-            advertise_url or server.url,
-            version=_version(),
-            instance_id=instance_id,
-        )
+        try:
+            heartbeat = Heartbeat(
+                self.settings,
+                advertise_url or server.url,
+                version=_version(),
+                instance_id=instance_id,
+                metrics=self.metrics,
+            )
+        except BaseException:
+            server.close()
+            router.close()
+            raise
         self._services += [heartbeat.close, server.close, router.close]
         return server
 
@@ -219,6 +226,9 @@ class OutboxProducer:
         app.running()`` in the service's own lifespan when mounted. Each process serving it
         heartbeats an instance id of its own. ``advertise_url`` and ``secret`` default to the
         settings' ``check_advertise_url`` and ``check_secret`` (with ``check_previous_secret``).
+
+        Its startup (the lifespan's, or ``running()``) raises :class:`ConfigurationError` when
+        Kafka refuses the first heartbeat to the registry topic (an ACL missing).
 
         Raises:
             ConfigurationError: no secret (unless ``insecure_local``), nothing to answer with,
@@ -249,7 +259,9 @@ class OutboxProducer:
         announced = advertise_url
 
         def start() -> Callable[[], None]:
-            heartbeat = Heartbeat(self.settings, announced, version=_version())
+            heartbeat = Heartbeat(
+                self.settings, announced, version=_version(), metrics=self.metrics
+            )
             return heartbeat.close
 
         app = CheckApp(

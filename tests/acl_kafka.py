@@ -29,7 +29,12 @@ from outbox.testing.ports import free_port
 from outbox.testing.settings import HarnessSettings
 
 #: The SASL users and their passwords.
-USERS = {"auditor": "auditor-secret", "relay": "relay-secret", "checker": "checker-secret"}
+USERS = {
+    "auditor": "auditor-secret",
+    "relay": "relay-secret",
+    "checker": "checker-secret",
+    "producer": "producer-secret",
+}
 
 
 class AclKafka:
