@@ -67,6 +67,20 @@ class AclKafka:
             assert time.monotonic() < deadline, f"the broker never showed the ACLs on {name}"
             time.sleep(0.1)
 
+    def revoke(self, user: str, kind: ResourceType, name: str, operation: AclOperation) -> None:
+        """Take back one operation :meth:`allow` granted (a literal ACL), waiting for Kafka."""
+        taken = AclBindingFilter(
+            kind,
+            name,
+            ResourcePatternType.LITERAL,
+            f"User:{user}",
+            "*",
+            operation,
+            AclPermissionType.ALLOW,
+        )
+        for future in self.admin.delete_acls([taken]).values():
+            future.result(30)
+
     @staticmethod
     def java_login(user: str, password: str | None = None) -> dict[str, str]:
         """The Java client's settings (the audit's) to log in as ``user``."""

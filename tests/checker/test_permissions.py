@@ -15,13 +15,7 @@ import time
 from typing import Any
 
 import pytest
-from confluent_kafka.admin import (  # type: ignore[attr-defined]
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    ResourcePatternType,
-    ResourceType,
-)
+from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[attr-defined]
 
 from checker import Checker
 from checker.instances import LiveInstances
@@ -171,17 +165,7 @@ def test_the_registry_reader_knows_when_kafka_refuses_it_and_when_it_may_read_ag
         acl_broker.allow(CHECKER, ResourceType.TOPIC, registry, AclOperation.READ)
         assert polled_until(lambda why: why is None, 30) is None
         # taken away, then granted again: the registry idle all along
-        read = AclBindingFilter(
-            ResourceType.TOPIC,
-            registry,
-            ResourcePatternType.LITERAL,
-            f"User:{CHECKER}",
-            "*",
-            AclOperation.READ,
-            AclPermissionType.ALLOW,
-        )
-        for future in acl_broker.admin.delete_acls([read]).values():
-            future.result(30)
+        acl_broker.revoke(CHECKER, ResourceType.TOPIC, registry, AclOperation.READ)
         assert "cannot be read" in str(polled_until(lambda why: why is not None, 30))
         acl_broker.allow(CHECKER, ResourceType.TOPIC, registry, AclOperation.READ)
         assert polled_until(lambda why: why is None, 30) is None

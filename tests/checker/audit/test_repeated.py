@@ -50,6 +50,12 @@ def _lost_commits(w: StreamWriter, topic: str, n: int) -> list[StreamTxn]:
     return txns
 
 
+def _writer(bootstrap: str, topic: str) -> StreamWriter:
+    """A writer of transactions to ``topic`` (made here) on internal topics of their own."""
+    create_topic(bootstrap, topic)
+    return StreamWriter(bootstrap, prefix=unique("__outbox-repeated"), partitions=1)
+
+
 def _settings(bootstrap: str, w: StreamWriter, out: Path, **overrides: Any) -> AuditSettings:
     return AuditSettings(
         bootstrap_servers=bootstrap,
@@ -64,8 +70,7 @@ def test_audits_run_one_after_another_leave_nothing_cached_and_keep_their_findin
     spark: Any, kafka_bootstrap: str, tmp_path: Path
 ) -> None:
     topic = unique("repeated")
-    create_topic(kafka_bootstrap, topic)
-    w = StreamWriter(kafka_bootstrap, prefix=unique("__outbox-repeated"), partitions=1)
+    w = _writer(kafka_bootstrap, topic)
     first_lost = _lost_commits(w, topic, 2)
     before = _persisted(spark)
 
@@ -90,8 +95,7 @@ def test_an_audit_that_fails_leaves_nothing_cached(
 ) -> None:
     """It fails writing its findings, after it read and judged (cached) everything."""
     topic = unique("repeated-failing")
-    create_topic(kafka_bootstrap, topic)
-    w = StreamWriter(kafka_bootstrap, prefix=unique("__outbox-repeated"), partitions=1)
+    w = _writer(kafka_bootstrap, topic)
     _lost_commits(w, topic, 2)
     w.close()
     not_a_directory = tmp_path / "findings-here"
