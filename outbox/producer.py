@@ -201,8 +201,7 @@ class OutboxProducer:
                 metrics=self.metrics,
             )
         except BaseException:
-            server.close()
-            router.close()
+            close_each([server.close, router.close], log, what="the check endpoint not started")
             raise
         self._services += [heartbeat.close, server.close, router.close]
         return server

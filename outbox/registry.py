@@ -75,9 +75,12 @@ class Heartbeat:
         self.failing: KafkaError | None = None
         #: Refusals are raised, not logged, while the first heartbeat is waited for.
         self._starting = True
-        self._beat()
-        assert self._producer is not None
-        self._producer.flush(first_wait_s)
+        try:
+            self._beat()
+            self._producer.flush(first_wait_s)
+        except BaseException:  # interrupted: nothing would ever close the client
+            self._producer = None
+            raise
         self._starting = False
         refused = self.failing
         if refused is not None and not_allowed(refused):

@@ -394,6 +394,11 @@ def test_the_harness_counts_no_point_in_a_finalizer(tmp_path: Any) -> None:
     interrupted = Interrupt(1, KeyboardInterrupt)
     assert traced(interrupted, marks.pop) is None
     assert interrupted.where is None
+    # the same code called by the outbox itself (closing a producer) is counted
+    marks.append(ExecutingMarks(str(tmp_path / "marks-removed")))
+    removing = Interrupt(None, KeyboardInterrupt)
+    assert traced(removing, marks[0].remove) is None
+    assert removing.points > 0
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ driver, this suite.
 
 :func:`run_audit` works on any SparkSession (docs/audit.md shows it from Python). Each run
 cached what it read, the ledger and its findings, and left them cached when it returned or
-failed: the session's cache grew by some twenty frames an audit, their plans in the driver's
+failed: the session's cache grew by sixteen frames an audit, their plans in the driver's
 heap, until the driver ran out of it (the suite's 1 GiB session: "Java heap space" writing a
 finding, some two hundred audits in). Now each run releases what it cached, and its findings
 are the Parquet files it wrote - still the rows the summary counts after the topics move on.
