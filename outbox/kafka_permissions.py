@@ -6,18 +6,18 @@ README ("Kafka permissions") lists what the producer's principal needs.
 
 from __future__ import annotations
 
-from confluent_kafka import KafkaError
-
-#: Kafka's answer that a principal may not write (or describe) a topic.
-NOT_ALLOWED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED})
+from confluent_kafka import KafkaError, KafkaException
 
 
-def not_allowed(error: KafkaError | None) -> bool:
-    """Whether ``error`` is Kafka refusing the principal (not the broker failing)."""
-    return error is not None and error.code() in NOT_ALLOWED
+def not_allowed(error: KafkaError | BaseException | None) -> bool:
+    """Whether ``error`` (librdkafka's, or the ``KafkaException`` carrying it) is Kafka
+    refusing the principal a topic, not the broker failing."""
+    if isinstance(error, KafkaException) and error.args:
+        error = error.args[0]
+    return isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
-def grant_hint(error: KafkaError | None, topic: str) -> str:
+def grant_hint(error: KafkaError | BaseException | None, topic: str) -> str:
     """``"; grant ... on topic"`` to append to a message about ``error``, when it says the
     producer's principal may not write ``topic``; else nothing."""
     if not not_allowed(error):

@@ -100,8 +100,7 @@ class OpWriter:
                 on_delivery=waiter.callback(0) if waiter else self._delivered(op),
             )
         except Exception as err:
-            error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
-            return self._failed(op, repr(err), error)
+            return self._failed(op, repr(err), err)
         return True
 
     def _outcome(self, op: OpRecord, waiter: Waiter) -> bool:
@@ -124,7 +123,9 @@ class OpWriter:
         if self.metrics is not None:
             _counted(self.metrics.op_written, op)
 
-    def _failed(self, op: OpRecord, why: str, error: KafkaError | None = None) -> bool:
+    def _failed(
+        self, op: OpRecord, why: str, error: KafkaError | BaseException | None = None
+    ) -> bool:
         self.failed += 1
         if self.metrics is not None:
             _counted(self.metrics.op_failed, op)

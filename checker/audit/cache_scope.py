@@ -7,14 +7,13 @@ scheduler's long-lived driver, a test session running audit after audit. Frames 
 stay in the session's cache manager until it ends - their plans in the driver's heap, their
 blocks in the executors' storage - sixteen an audit (nineteen with the evidence table): a 1 GiB
 driver ran out of heap some two hundred small audits in. So a run releases what it cached,
-whether it returns or fails.
+whether it returns or fails (``with contextlib.closing(CacheScope()) as scope``).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from types import TracebackType
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame
@@ -26,7 +25,7 @@ Cache = Callable[[DataFrame], DataFrame]
 
 
 class CacheScope:
-    """Caches frames for one audit and releases them all at its end (a context manager)."""
+    """Caches frames for one audit and releases them all at its end (:meth:`close`)."""
 
     def __init__(self) -> None:
         self._frames: list[DataFrame] = []
@@ -37,7 +36,7 @@ class CacheScope:
         self._frames.append(persisted)
         return persisted
 
-    def release(self) -> None:
+    def close(self) -> None:
         """Unpersist every frame cached so far, the last cached first (a frame built on an
         earlier one goes before it: nothing is re-planned over a frame already released); their
         blocks are dropped in the background. One that cannot be (the session stopped under
@@ -48,14 +47,3 @@ class CacheScope:
                 frame.unpersist()
             except Exception as err:  # releasing the rest matters more
                 log.warning("could not release a cached frame of the audit: %s", err)
-
-    def __enter__(self) -> CacheScope:
-        return self
-
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        self.release()

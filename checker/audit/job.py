@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,7 @@ def run_audit(spark: Any, settings: AuditSettings, *, now_ms: int | None = None)
     out_dir.mkdir(parents=True, exist_ok=True)
     parquet_root = settings.parquet_dir or str(out_dir / "findings")
     with (
-        CacheScope() as scope,
+        closing(CacheScope()) as scope,
         ThreadPoolExecutor(PARALLEL_JOBS, thread_name_prefix="audit") as pool,
     ):
         inputs = load_inputs(spark, settings, resolved, cache=scope.cache)
