@@ -33,6 +33,7 @@ from tests.acl_kafka import AclKafka
 from tests.checker.test_checker import SECRET
 from tests.checker.test_permissions import fresh_topics
 from tests.kafka_helpers import read_to_end
+from tests.outbox.forms import refused_in_every_other_form
 from tests.producer_fixtures import Topics, order_ids, orders
 
 pytestmark = pytest.mark.integration
@@ -202,3 +203,31 @@ def test_an_acl_taken_away_from_a_running_heartbeat_is_logged_counted_and_its_en
             )
     finally:
         heartbeat.close()
+
+
+def test_every_other_form_refused_by_the_half_topic_commits_nothing(
+    acl_broker: AclKafka, engine: sa.Engine, session_factory: Any, db_url: str
+) -> None:
+    """The decorator, ``TransactionalProducer`` and both asyncio forms, as the context manager
+    above: ``HalfSendError`` naming the ACL, no row, no half record, no listener called."""
+    settings = fresh_topics(acl_broker, "__outbox-acl-producer")
+    names = settings.topics
+    acl_broker.allow(PRODUCER, ResourceType.TOPIC, names.half, AclOperation.DESCRIBE)
+    acl_broker.allow(PRODUCER, ResourceType.TOPIC, names.op, AclOperation.WRITE)
+    limited = as_the_producer(acl_broker, settings)
+    attempted: list[str] = []
+    keys = [b"k1", b"k2", b"k3", b"k4"]
+    with OutboxProducer(limited) as p:
+        refused_in_every_other_form(
+            p,
+            limited,
+            session_factory,
+            db_url,
+            REAL_TOPIC,
+            keys,
+            attempted,
+            HalfSendError,
+            match="Write and Describe",
+        )
+    assert attempted and not set(attempted) & set(order_ids(engine))
+    assert Topics(acl_broker.plain, settings).halves() == []
