@@ -111,5 +111,6 @@ class Checker:
 
     def ready(self) -> tuple[bool, str]:
         """Ready once every assigned partition was read to its end since it was assigned,
-        and the registry topic too (which producer instances are live is known)."""
+        and while the registry topic was read to its end lately (which producer instances are
+        live is known: :mod:`checker.registry_currency`)."""
         return self.health.ready()

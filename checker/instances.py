@@ -9,10 +9,13 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
+from checker.registry_currency import RegistryCurrency
 from outbox.broker_clock import BrokerClock
+from outbox.closing import close_each
 from outbox.errors import ProtocolError
 from outbox.kafka_logging import log_to_python
 from outbox.protocol.registry import Registration, decode_registration
+from outbox.watermarks import Watermarks
 
 log = logging.getLogger("checker")
 
@@ -20,6 +23,8 @@ log = logging.getLogger("checker")
 ASK_AGAIN_S = 5.0
 #: Records a consume call takes, and how long one poll goes on reading full batches.
 BATCH, POLL_BUDGET_S = 1000, 0.5
+#: How long a poll reads on toward the end its question was answered with.
+CONFIRM_BUDGET_S = 0.5
 
 #: Kafka's answers that the registry cannot be read as configured (not a broker away).
 REFUSED = frozenset(
@@ -36,11 +41,19 @@ class LiveInstances:
     """Reads the registry topic from its start; an instance is live while its heartbeat is fresh:
     its broker stamp within ``ttl_s`` of ``clock``'s now, which these reads keep current.
 
-    "No live instance" is only known once the registry was read to its end, and while Kafka
-    does not refuse it (:attr:`unread`). A registry the checker's principal may not read (an
-    ACL left out: it is the one internal topic the checker only reads) used to fail silently:
-    every group looked gone, and its transactions were given up after
-    ``no_producer_timeout_s``, a live producer's committed ones among them.
+    "No live instance" is only known once the registry was read to its end, while Kafka
+    does not refuse it, and while the view is current (:attr:`unread`). A registry the checker's
+    principal may not read (an ACL left out: it is the one internal topic the checker only
+    reads) used to fail silently: every group looked gone, and its transactions were given up
+    after ``no_producer_timeout_s``, a live producer's committed ones among them. So did one
+    whose partition lost its leader while the rest of Kafka served
+    (:mod:`checker.registry_currency`).
+
+    Args:
+        watermarks: asks the registry's leader for its end: a client that never fetches, so
+            the question does not queue behind a fetch waiting for records
+            (``fetch.wait.max.ms``). One of its own by default, so that a registry without a
+            leader does not renew the client other queries use.
     """
 
     def __init__(
@@ -50,8 +63,12 @@ class LiveInstances:
         ttl_s: float,
         *,
         clock: BrokerClock | None = None,
+        watermarks: Watermarks | None = None,
     ) -> None:
         self.ttl_ms = int(ttl_s * 1000)
+        self.currency = RegistryCurrency(topic, ttl_s)
+        self._own_watermarks = watermarks is None
+        self._watermarks = watermarks or Watermarks(config)
         self.clock = clock or BrokerClock()
         self._seen: dict[bytes, tuple[Registration, int]] = {}
         self.topic = topic
@@ -70,6 +87,7 @@ class LiveInstances:
         )
         self._consumer.assign([TopicPartition(topic, 0, 0)])
         self._at_end = False
+        self._fetched = False  # a fetch answered (a record, or the end) since the last assign
         self._refused: str | None = None
         self._refused_code: int | None = None  # logged once a refusal, per cause
         self._stale = False  # refused since the last assign: what comes was fetched before
@@ -79,12 +97,14 @@ class LiveInstances:
     @property
     def unread(self) -> str | None:
         """Why which instances are live is not known now (None: it is): the registry is not
-        read to its end yet, or Kafka refuses it."""
+        read to its end yet, Kafka refuses it, or the view is not current
+        (:attr:`RegistryCurrency.reason`: as of the loop's last :meth:`poll`, not of a worker
+        thread's long check)."""
         if self._refused is not None:
             return f"the registry topic {self.topic} cannot be read ({self._refused})"
         if not self._at_end:
             return f"the registry topic {self.topic} is not read to its end yet"
-        return None
+        return self.currency.reason
 
     def poll(self) -> None:
         """Read what the registry has now: batches while they come full, for up to
@@ -94,10 +114,43 @@ class LiveInstances:
             self._ask_again()
         started = time.monotonic()
         while True:
+            began = time.monotonic()
             messages = self._consumer.consume(BATCH, 0)
             self._read(messages)
-            if len(messages) < BATCH or time.monotonic() - started > POLL_BUDGET_S:
-                return
+            if len(messages) < BATCH:
+                self.currency.drained(began)
+                break
+            if time.monotonic() - started > POLL_BUDGET_S:
+                break
+        self._confirm()
+        self.currency.update(readable=self._refused is None and self._at_end)
+
+    def _confirm(self) -> None:
+        """Whether the records read have reached the end last asked, and the registry's leader
+        asked for its end when due (:class:`RegistryCurrency`); an end past what was read is
+        read up to for a moment (after a long turn of the loop, the end events taken from the
+        queue are dated too early to keep the view current: the question does). Briefly: the
+        loop waits, at most :data:`CONFIRM_BUDGET_S` and the question's timeout."""
+        if self._refused is not None:
+            return
+        confirmed = self.currency.read_to(self._next)
+        if self.currency.due():
+            asked_at = self.currency.asking()
+            try:
+                _, end = self._watermarks.query(
+                    self.topic, 0, timeout=min(2.0, self.currency.ask_every_s)
+                )
+            except KafkaException:
+                end = None  # no leader, or no answer: the view lapses after current_s
+            confirmed = self.currency.answered(asked_at, end, self._next) or confirmed
+            deadline = time.monotonic() + CONFIRM_BUDGET_S
+            while self.currency.pending() and time.monotonic() < deadline:
+                self._read(self._consumer.consume(BATCH, 0.05))
+                confirmed = self.currency.read_to(self._next) or confirmed
+        # a question alone says nothing of whether Kafka lets this client read (Describe
+        # answers it): only once a fetch was answered since the last assign
+        if confirmed and self._fetched and not self._at_end:
+            self._at_end = True  # a busy registry: librdkafka may never see an empty fetch
 
     def _read(self, messages: list[Message]) -> None:
         self.clock.read(messages)
@@ -109,6 +162,7 @@ class LiveInstances:
             if self._refused is not None and not self._stale:
                 log.info("the checker reads the registry topic %s again", self.topic)
                 self._refused = self._refused_code = None
+            self._fetched = self._fetched or not self._stale
             self._next = (msg.offset() or 0) + 1
             if key is None:
                 continue
@@ -146,6 +200,8 @@ class LiveInstances:
             if self._refused is None:
                 return
         self._consumer.assign([TopicPartition(self.topic, 0, self._next)])
+        self._fetched = False
+        self.currency.forget()
         self._stale = False
 
     def _error(self, error: KafkaError) -> None:
@@ -155,12 +211,15 @@ class LiveInstances:
             if self._refused is not None:
                 log.info("the checker reads the registry topic %s again", self.topic)
             self._at_end, self._refused, self._refused_code = True, None, None
+            self._fetched = True
+            self.currency.reached_end()
             return
         if error.code() not in REFUSED:
             return  # a broker away: librdkafka reconnects, the view waits for fresh heartbeats
         # known again only once read to a fresh end: the first records after a refusal are
         # a backlog, its heartbeats stale; and an end fetched before the refusal says nothing
         self._at_end, self._stale = False, True
+        self.currency.forget()
         if error.code() != self._refused_code:
             self._refused_code = error.code()
             log.error(
@@ -183,11 +242,14 @@ class LiveInstances:
             if r.group == group and now_ms - seen <= self.ttl_ms
         ]
 
-    def pick(self, group: str, n: int) -> list[Registration]:
+    def pick(self, group: str, n: int, now_ms: int | None = None) -> list[Registration]:
         """Up to ``n`` live instances in random order: the first is asked, the rest fail over."""
-        live = self.live(group)
+        live = self.live(group, now_ms)
         random.shuffle(live)
         return live[:n]
 
     def close(self) -> None:
-        self._consumer.close()
+        if self._own_watermarks:
+            close_each((self._consumer.close, self._watermarks.close), log)
+        else:
+            self._consumer.close()

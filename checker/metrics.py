@@ -28,7 +28,8 @@ HELP = {
     "breaker_trips": "Times a producer group's circuit breaker opened.",
     "held": (
         "Checks not made because which producer instances are live is not known (the registry "
-        "topic not read to its end yet, or refused: see the checker's readiness)."
+        "topic not read to its end yet, refused, or not read to its end lately: its partition "
+        "without a leader; see the checker's readiness)."
     ),
     "write_failures": "Ops and dead letters the broker did not take (ops are checked again).",
     "orphans": (

@@ -105,7 +105,7 @@ class CheckRound:
                 if entry.orphaned and not entry.reported:
                     self._report_orphan(entry)
         futures = {
-            self.pool.submit(self._ask, group, [checked for _, checked in batch]): (
+            self.pool.submit(self._ask, group, [checked for _, checked in batch], now_ms): (
                 group,
                 [entry for entry, _ in batch],
             )
@@ -172,9 +172,14 @@ class CheckRound:
             extra=fields(txn_id=entry.txn_id, group=entry.group, partition=entry.partition),
         )
 
-    def _ask(self, group: str, transactions: list[CheckedTransaction]) -> Answers | NoAnswer:
-        """Runs in a worker thread: HTTP only, no Kafka client is touched here."""
-        instances = self.instances.pick(group, self.settings.failover_attempts)
+    def _ask(
+        self, group: str, transactions: list[CheckedTransaction], now_ms: int
+    ) -> Answers | NoAnswer:
+        """Runs in a worker thread: HTTP only, no Kafka client is touched here. Instances are
+        judged live as of the round's start (``now_ms``), when the registry was last read: a
+        worker starting late in a long round would otherwise age them past the TTL in a view
+        that did not move meanwhile."""
+        instances = self.instances.pick(group, self.settings.failover_attempts, now_ms)
         if not instances:
             unread = self.instances.unread
             if unread is not None:

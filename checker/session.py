@@ -158,8 +158,8 @@ class Session:
                 self.clock.read(messages)
                 if self._assign_error is not None:
                     raise Restart(f"cannot take the assigned partitions: {self._assign_error}")
+                self.instances.poll()  # first: readiness says what the registry says now
                 self._update_ready()
-                self.instances.poll()
                 self._round()
         finally:
             self.health.set_ready(False, "stopped")

@@ -51,7 +51,9 @@ class CheckerSettings:
         no_producer_timeout_s: a transaction whose producer group had no live instance for this
             long is given up. Defaults to 600 s.
         registry_ttl_s: a producer instance is live while its last heartbeat is younger.
-            Defaults to 30 s.
+            Defaults to 30 s. Keep it at least twice the producers' heartbeat interval (5 s):
+            the view of the registry counts as current for half of it after the topic was last
+            known read to its end (:mod:`checker.registry_currency`).
         batch_size: transaction ids per check request. Defaults to 200.
         request_max_bytes: largest check request; a request carries the half messages it asks
             about, and a value that does not fit is left out (the endpoint reads it back from
