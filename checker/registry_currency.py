@@ -22,7 +22,9 @@ The view is current for :attr:`current_s` (half the TTL) after that: an instance
 at least twice a TTL (every 5 s against 30 by default) cannot age out of a view still current.
 Past it, the view has lapsed: the checker holds its checks. When it is current again, the
 producers' heartbeats, which they could not write meanwhile either, take a while to come back:
-"no live instance" stays unknown for one TTL more.
+"no live instance" stays unknown for one TTL more. Only a view that was current lapses: read
+to its end after a start or a refusal with older evidence (a long backlog read in full
+batches), it is held until a question confirms it, no lapse logged and no grace after it.
 
 Only the checker's loop thread feeds it and calls :meth:`update`; the worker threads read
 :attr:`reason`, a string replaced whole.
@@ -36,6 +38,8 @@ from collections.abc import Callable
 
 log = logging.getLogger("checker")
 
+#: Answered questions kept until the reader reaches their ends (the oldest dropped first).
+MAX_PENDING = 16
 #: While the view has lapsed, the end is asked at growing intervals up to this (s): each
 #: unanswered question costs the loop its timeout and a fresh watermark client.
 MAX_ASK_INTERVAL_S = 60.0
@@ -63,7 +67,8 @@ class RegistryCurrency:
         self._read_through: float | None = None  # last known read to its end (None: never)
         self._drained_at = monotonic()  # when the last consume call that emptied the queue began
         self._asked_at = float("-inf")  # when the end was last asked
-        self._asked: tuple[float, int] | None = None  # (when, end) answered, not yet reached
+        self._asked: list[tuple[float, int]] = []  # (when, end) answered, not yet reached
+        self._current_once = False  # current at least once since it was last readable
         self._misses = 0  # questions unanswered in a row
         self._lapsed_at: float | None = None  # when the view lapsed; None while current
         self._back_at: float | None = None  # when it was current again after a lapse
@@ -84,7 +89,7 @@ class RegistryCurrency:
     def forget(self) -> None:
         """The reader starts over (refused, assigned again): an answer asked before says
         nothing of what it will read."""
-        self._asked = None
+        self._asked = []
 
     def due(self) -> bool:
         """Whether the end should be asked now: every :attr:`ask_every_s`, and while the view
@@ -110,21 +115,24 @@ class RegistryCurrency:
         if end < next_offset:
             return False  # read past the end: the topic made again under the reader, which
             # starts over from its beginning (auto.offset.reset): not confirmed until then
-        if self._asked is None or end < self._asked[1]:  # an earlier end is reached sooner
-            self._asked = (asked_at, end)
+        if self._asked and end < self._asked[-1][1]:
+            self._asked.clear()  # an end below an earlier one: the topic made again
+        self._asked = [*self._asked[-(MAX_PENDING - 1) :], (asked_at, end)]
         return self.read_to(next_offset)
 
     def pending(self) -> bool:
         """Whether an end was answered that the reader has not reached yet."""
-        return self._asked is not None
+        return bool(self._asked)
 
     def read_to(self, next_offset: int) -> bool:
-        """The reader's next offset now. Returns whether it has reached the end last asked,
-        which confirms the view read to its end as of the question."""
-        if self._asked is None or next_offset < self._asked[1]:
+        """The reader's next offset now. Returns whether it has reached an end asked, which
+        confirms the view read to its end as of the latest such question (a reader catching up
+        on a long backlog reaches the ends of questions asked while it read)."""
+        reached = [at for at, end in self._asked if end <= next_offset]
+        if not reached:
             return False
-        self._through(self._asked[0])
-        self._asked = None
+        self._through(max(reached))
+        self._asked = [(at, end) for at, end in self._asked if end > next_offset]
         return True
 
     def _through(self, at: float) -> None:
@@ -140,10 +148,19 @@ class RegistryCurrency:
         refusal): the reader says so itself, and a refusal is no lapse - the producers could
         write their heartbeats meanwhile, so none is awaited after it."""
         if self._read_through is None or not readable:
-            self.reason = None
+            self.reason, self._current_once = None, False
             return
         now = self._now()
         age = now - self._read_through
+        if age > self.current_s and not self._current_once:
+            # read to its end after a start or a refusal, the evidence older than the span (a
+            # long backlog read): held until a question confirms it, no lapse - nothing was
+            # current to lapse, and nothing is awaited after it
+            self.reason = (
+                f"the registry topic {self.topic} is read to its end, not yet confirmed "
+                f"within {self.current_s:.0f} s"
+            )
+            return
         if age > self.current_s:
             self.reason = (
                 f"the registry topic {self.topic} was last known read to its end {age:.0f} s "
@@ -158,6 +175,7 @@ class RegistryCurrency:
                     self.reason,
                 )
             return
+        self._current_once = True
         if self._lapsed_at is not None:
             self._lapsed_at, self._back_at = None, now
             log.info(

@@ -173,7 +173,7 @@ def test_while_lapsed_a_short_ttl_still_waits_5_s_between_unanswered_questions(
     assert currency.due()
 
 
-def test_an_unreached_answer_is_kept_over_a_later_one_which_would_be_reached_later(
+def test_answers_are_kept_until_reached_and_the_latest_reached_dates_the_view(
     currency: RegistryCurrency, clock: Clock
 ) -> None:
     confirmed_by_eof(currency, clock)
@@ -181,17 +181,47 @@ def test_an_unreached_answer_is_kept_over_a_later_one_which_would_be_reached_lat
     first = currency.asking()
     assert not currency.answered(first, 50, 40) and currency.pending()
     clock.now += 5
-    assert not currency.answered(currency.asking(), 60, 45)
+    second = currency.asking()
+    assert not currency.answered(second, 60, 45)
     clock.now += 4
     assert currency.read_to(52)  # the first end reached: confirmed as of the first question
+    assert currency.pending()  # the second's end not yet
+    clock.now += 7  # 21 s after the end event, 16 after the first question: lapsed
+    assert currency.read_to(61)  # the second reached: as of it, 11 s ago
     assert not currency.pending()
-    clock.now += 2  # 16 s after the end event, 11 after the first question
     currency.update()
     assert currency.reason is None
-    # A lower end (the topic made again) replaces an unreached one
-    assert not currency.answered(currency.asking(), 70, 60)
-    assert not currency.answered(currency.asking(), 65, 60)
+    # An end below an earlier one (the topic made again) drops the answers before it
+    assert not currency.answered(currency.asking(), 70, 62)
+    assert not currency.answered(currency.asking(), 8, 62)  # below what was read: nothing
+    assert not currency.answered(currency.asking(), 65, 62)
+    assert currency.pending()
     assert currency.read_to(66)
+    assert not currency.pending()
+
+
+def test_a_long_backlog_read_at_start_is_no_lapse_and_awaits_nothing_after_it(
+    clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A week of heartbeats read at start (the registry's newest segment is not compacted):
+    the end event comes after minutes of full batches, dated at the last drain, long ago; the
+    questions asked meanwhile are reached only at the end."""
+    currency = RegistryCurrency("p-registry", TTL_S, monotonic=clock)
+    with caplog.at_level(logging.INFO, logger="checker"):
+        for i in range(24):  # two minutes of reading, a question every 5 s
+            clock.now += 5
+            at = currency.asking()
+            assert not currency.answered(at, 1_000_000 + 1_000 * i, 10_000 * i)
+        clock.now += 5
+        currency.reached_end()  # dated at construction: the last drain
+        currency.update()
+        # Read to its end, evidence two minutes old: held, no lapse
+        assert currency.reason is not None and "not yet confirmed" in currency.reason
+        # When the reader reaches the questions' ends: as of the latest (the last 16 kept)
+        assert currency.read_to(1_000_000 + 1_000 * 23)
+        currency.update()
+    assert currency.reason is None  # at once: no grace, nothing lapsed
+    assert not [r for r in caplog.records if r.name == "checker"]
 
 
 def test_a_refusal_is_no_lapse_and_awaits_no_heartbeats_after_it(
