@@ -48,12 +48,6 @@ class LiveInstances:
     after ``no_producer_timeout_s``, a live producer's committed ones among them. So did one
     whose partition lost its leader while the rest of Kafka served
     (:mod:`checker.registry_currency`).
-
-    Args:
-        watermarks: asks the registry's leader for its end: a client that never fetches, so
-            the question does not queue behind a fetch waiting for records
-            (``fetch.wait.max.ms``). One of its own by default, so that a registry without a
-            leader does not renew the client other queries use.
     """
 
     def __init__(
@@ -63,12 +57,13 @@ class LiveInstances:
         ttl_s: float,
         *,
         clock: BrokerClock | None = None,
-        watermarks: Watermarks | None = None,
     ) -> None:
         self.ttl_ms = int(ttl_s * 1000)
         self.currency = RegistryCurrency(topic, ttl_s)
-        self._own_watermarks = watermarks is None
-        self._watermarks = watermarks or Watermarks(config)
+        # asks the registry's leader for its end: a client that never fetches, so the question
+        # does not queue behind a fetch waiting for records (fetch.wait.max.ms), and of its
+        # own, so that a registry without a leader does not renew the session's other client
+        self._watermarks = Watermarks(config)
         self.clock = clock or BrokerClock()
         self._seen: dict[bytes, tuple[Registration, int]] = {}
         self.topic = topic
@@ -249,7 +244,4 @@ class LiveInstances:
         return live[:n]
 
     def close(self) -> None:
-        if self._own_watermarks:
-            close_each((self._consumer.close, self._watermarks.close), log)
-        else:
-            self._consumer.close()
+        close_each((self._consumer.close, self._watermarks.close), log)

@@ -70,7 +70,7 @@ class RegistryCurrency:
         self._asked: list[tuple[float, int]] = []  # (when, end) answered, not yet reached
         self._current_once = False  # current at least once since it was last readable
         self._misses = 0  # questions unanswered in a row
-        self._lapsed_at: float | None = None  # when the view lapsed; None while current
+        self._lapsed = False  # the view lapsed, and is not current again yet
         self._back_at: float | None = None  # when it was current again after a lapse
         #: Why which instances are live is not known from this view (None: it is known).
         self.reason: str | None = None
@@ -96,7 +96,7 @@ class RegistryCurrency:
         has lapsed and questions go unanswered at doubling intervals from 5 s up to
         :data:`MAX_ASK_INTERVAL_S` (heartbeats coming back end a lapse as well)."""
         interval = self.ask_every_s
-        if self._lapsed_at is not None and self._misses:
+        if self._lapsed and self._misses:
             interval = min(MAX_ASK_INTERVAL_S, max(interval, 5.0) * 2 ** (self._misses - 1))
         return self._now() - self._asked_at >= interval
 
@@ -166,8 +166,8 @@ class RegistryCurrency:
                 f"the registry topic {self.topic} was last known read to its end {age:.0f} s "
                 "ago (its partition without a leader, or its broker not answering)"
             )
-            if self._lapsed_at is None:
-                self._lapsed_at, self._back_at = now, None
+            if not self._lapsed:
+                self._lapsed, self._back_at = True, None
                 log.error(
                     "%s: the checker does not know which producer instances are live, so it "
                     "neither checks nor gives up transactions of groups it knows no live "
@@ -176,8 +176,8 @@ class RegistryCurrency:
                 )
             return
         self._current_once = True
-        if self._lapsed_at is not None:
-            self._lapsed_at, self._back_at = None, now
+        if self._lapsed:
+            self._lapsed, self._back_at = False, now
             log.info(
                 "the checker reads the registry topic %s to its end again; groups with no "
                 "live instance are known as such once the producers' heartbeats had %.0f s "
