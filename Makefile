@@ -16,7 +16,7 @@ help:
 	@echo "make test-scale - tests that push a bound to its extreme: 10,000 transactions end to end and audited, 1,000 parked, every point of a transaction interrupted (.ci/run runs them)"
 	@echo "make test-unit - tests that start no services"
 	@echo "make test-uvloop - the asyncio forms' suites again on uvloop, the loop uvicorn[standard] runs FastAPI on (.ci/run runs them)"
-	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check and the relay across a restart (.ci/run runs them)"
+	@echo "make test-broker - the pinned Kafka broker going down under transactions: its marker check, the relay and the checker across a restart (.ci/run runs them)"
 	@echo "make test-cluster - tests beyond one broker or one process: three Kafka brokers killed under load, the audit on Spark standalone, Kafka Connect with Debezium (.ci/run runs them)"
 	@echo "make test-cluster-newest - the three-broker fault test on the newest Kafka release"
 	@echo "make bench     - ours vs commit-then-publish vs table outbox vs Debezium, with ceilings (~2 h on 2 cores; updates README)"
