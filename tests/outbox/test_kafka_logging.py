@@ -10,12 +10,20 @@ import time
 from collections.abc import Callable
 
 import pytest
+from confluent_kafka import Consumer
 
 from checker.instances import LiveInstances
 from outbox import OutboxProducer, OutboxSettings, ensure_topics
 from outbox.errors import KafkaOperationError
 from outbox.fetch import HalfFetcher
-from outbox.kafka_logging import LOGGER_NAME, SYSLOG_LEVELS, LibrdkafkaLogger, log_to_python
+from outbox.kafka_logging import (
+    LOGGER_NAME,
+    REPEAT_WINDOW_S,
+    SYSLOG_LEVELS,
+    LibrdkafkaLogger,
+    Repeats,
+    log_to_python,
+)
 from outbox.testing.ports import free_port
 
 #: A librdkafka line as it writes it to stderr by itself: ``%3|1700000000.123|FAIL|...``.
@@ -141,3 +149,143 @@ def test_librdkafkas_levels_as_confluent_kafka_hands_them_over_are_logged_at_our
     [record] = caplog.records
     assert record.levelno == logged == SYSLOG_LEVELS[syslog]
     assert record.getMessage() == "FAC [rdkafka#producer-1] a line"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def refusal(client: str = "rdkafka#consumer-1", after_ms: int = 0, port: int = 1) -> str:
+    return (
+        f"[thrd:127.0.0.1:{port}/bootstrap]: 127.0.0.1:{port}/bootstrap: Connect to "
+        f"ipv4#127.0.0.1:{port} failed: Connection refused (after {after_ms}ms in state CONNECT)"
+    )
+
+
+def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records]
+
+
+@pytest.fixture
+def clocked(caplog: pytest.LogCaptureFixture) -> tuple[LibrdkafkaLogger, Clock]:
+    caplog.set_level(logging.DEBUG, logger="tests.repeats")
+    clock = Clock()
+    return LibrdkafkaLogger(logging.getLogger("tests.repeats"), Repeats(60, clock)), clock
+
+
+def test_a_repeated_line_is_counted_not_logged_and_the_count_comes_with_the_next_after_the_window(
+    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, clock = clocked
+    # Given a client retrying its refused connection every 50 ms for 90 s (durations vary)
+    for n in range(1800):
+        clock.now = 1000 + n * 0.05
+        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", refusal(after_ms=n % 3))
+    # Then the first is logged, and the first a window later with the count of those between
+    first_text = f"FAIL [rdkafka#consumer-1] {refusal()}"
+    assert logged(caplog) == [
+        first_text,
+        f"FAIL [rdkafka#consumer-1] {refusal(after_ms=1200 % 3)} (1199 like it in the 60 s "
+        "before, not logged)",
+    ]
+    assert {r.levelno for r in caplog.records} == {logging.WARNING}
+
+
+def test_lines_of_another_client_facility_level_or_broker_are_logged_each(
+    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, _ = clocked
+    lines = [
+        (logging.ERROR, "FAIL", "rdkafka#consumer-1", refusal()),
+        (logging.ERROR, "FAIL", "rdkafka#consumer-2", refusal()),  # another client
+        (logging.ERROR, "ERROR", "rdkafka#consumer-1", refusal()),  # another facility
+        (logging.CRITICAL, "FAIL", "rdkafka#consumer-1", refusal()),  # another level
+        (logging.ERROR, "FAIL", "rdkafka#consumer-1", refusal(port=2)),  # another broker
+    ]
+    for level, facility, client, text in lines * 3:
+        log.log(level, "%s [%s] %s", facility, client, text)
+    assert logged(caplog) == [f"{f} [{c}] {t}" for _, f, c, t in lines]
+
+
+def test_a_kind_that_stopped_repeating_has_its_count_logged_when_a_line_comes_a_window_later(
+    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, clock = clocked
+    # Given a burst of 500 lines of one kind within a second (served late, all at once)
+    for n in range(500):
+        clock.now = 1000 + n / 500
+        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", refusal())
+    # When another line comes two minutes later (the broker back: a new session's first line)
+    clock.now = 1120
+    log.log(logging.INFO, "%s [%s] %s", "CGRPJOIN", "rdkafka#consumer-1", "joined")
+    # Then the burst's last line is logged with the count of those before it, then the new one
+    assert logged(caplog) == [
+        f"FAIL [rdkafka#consumer-1] {refusal()}",
+        f"FAIL [rdkafka#consumer-1] {refusal()} (498 like it in the 1 s before, not logged)",
+        "CGRPJOIN [rdkafka#consumer-1] joined",
+    ]
+
+
+def test_what_repeats_keeps_is_bounded_by_what_the_last_two_windows_logged() -> None:
+    clock = Clock()
+    repeats = Repeats(60, clock)
+    # Given 10,000 clients come and go, each logging one line, over ten minutes
+    for n in range(10_000):
+        clock.now = 1000 + n * 0.06
+        repeats.admit(logging.WARNING, ("FAIL", f"rdkafka#consumer-{n}", refusal()))
+        # Then it never keeps more kinds than two windows of them brought
+        assert len(repeats) <= 2 * 60 / 0.06 + 1
+    assert len(repeats) <= 2 * 60 / 0.06 + 1
+
+
+def test_debug_lines_a_user_asked_for_are_all_logged(
+    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, _ = clocked
+    for _ in range(5):
+        log.log(logging.DEBUG, "%s [%s] %s", "RECONNECT", "rdkafka#consumer-1", "Delaying 50ms")
+    assert len(caplog.records) == 5
+
+
+class Counting(LibrdkafkaLogger):
+    """The library's logger, counting the lines confluent-kafka hands it."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__(logger)
+        self.handed = 0
+
+    def log(self, level: int, msg: str, *args: object) -> None:
+        self.handed += 1
+        super().log(level, msg, *args)
+
+
+#: How long the broker is away: within one window, so one line is logged.
+AWAY_S = 5.0
+assert AWAY_S < REPEAT_WINDOW_S
+
+
+def test_a_client_whose_broker_stays_away_logs_its_refused_connection_once_a_window(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a subscribed consumer whose one broker refuses connections for AWAY_S
+    port = free_port()
+    caplog.set_level(logging.DEBUG, logger="tests.away")
+    counting = Counting(logging.getLogger("tests.away"))
+    consumer = Consumer(
+        {"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "g", "logger": counting}
+    )
+    try:
+        consumer.subscribe(["t"])
+        deadline = time.monotonic() + AWAY_S
+        while time.monotonic() < deadline:
+            consumer.poll(0.2)
+    finally:
+        consumer.close()
+    # Then librdkafka retried many times (it does every ~50 ms with no broker up) and one line
+    # of them was logged
+    assert counting.handed >= 20, counting.handed
+    assert len(refused(caplog.records, port)) == 1
