@@ -194,6 +194,7 @@ def test_a_transaction_whose_originals_retention_removed_is_decided_from_its_cop
     assert [i for i in order_ids(engine) if i in placed.values()] == sorted(expected)
 
 
+@pytest.mark.scale  # retention overtaking a reader (~45 s): the scale stage
 def test_a_checker_overtaken_by_retention_while_reading_starts_over_and_misses_nothing(
     kafka_bootstrap: str, outbox_settings: OutboxSettings, topics: Topics
 ) -> None:

@@ -193,6 +193,7 @@ def test_a_commit_its_real_topic_refuses_is_parked_while_others_go_on_and_retrie
         relay.stop()
 
 
+@pytest.mark.scale  # a record past the size limit (~20 s): the scale stage
 def test_transactions_refused_along_with_a_too_big_one_are_retried_apart_and_get_through(
     kafka_bootstrap: str,
 ) -> None:

@@ -66,6 +66,7 @@ def _settings(bootstrap: str, w: StreamWriter, out: Path, **overrides: Any) -> A
     )
 
 
+@pytest.mark.scale  # audits one after another (~30 s): the scale stage
 def test_audits_run_one_after_another_leave_nothing_cached_and_keep_their_findings(
     spark: Any, kafka_bootstrap: str, tmp_path: Path
 ) -> None:

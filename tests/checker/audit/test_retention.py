@@ -23,6 +23,7 @@ from tests.kafka_helpers import create_topic, read_to_end, remove_up_to_the_end,
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.scale  # retention and compaction under an audit (~40 s together): the scale stage
 def test_what_retention_removed_is_neither_lost_nor_phantom(
     spark: Any, kafka_bootstrap: str, tmp_path
 ) -> None:
@@ -87,6 +88,7 @@ def test_what_retention_removed_is_neither_lost_nor_phantom(
     assert set(since) == {topics.op, orders}
 
 
+@pytest.mark.scale  # see above
 def test_a_record_compaction_replaced_on_a_real_topic_is_not_lost(
     spark: Any, kafka_bootstrap: str, tmp_path
 ) -> None:
