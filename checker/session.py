@@ -101,6 +101,13 @@ class Session:
         self.consumer = Consumer(
             log_to_python(
                 {
+                    # A member whose session ended without leaving the group (its broker away,
+                    # its process killed) holds its partitions, unchecked, until the group drops
+                    # it: 10 s (the relay's too), not librdkafka's 45 s. Heartbeats come from
+                    # librdkafka's own thread, so a long round misses none; a stalled loop is
+                    # max.poll.interval.ms's to find. The kafka settings may set either.
+                    "session.timeout.ms": 10000,
+                    "heartbeat.interval.ms": 1000,
                     **config,
                     "group.id": settings.group_id,
                     "partition.assignment.strategy": "range",
