@@ -25,27 +25,32 @@ stays open). Nothing waits for a line. The library's producers are served by the
 and flushes, its consumers by their reads, and its admin clients are polled (``poll(0)``) after
 their calls.
 
-Repeats (:class:`Repeats`): with its broker away a client logs its refused connection again
-every 50 ms or so for as long as the broker stays away (librdkafka's exponential reconnect
-backoff does not apply there: with no broker up, each metadata or coordinator query asks for a
-connection at once, at most every ``reconnect.backoff.ms / 2``), and a client served late hands
-them over in one burst: thousands of lines a minute per client. So a line that repeats one
-logged in the last :data:`REPEAT_WINDOW_S` (same client, facility and level; the same text but
-for its durations and librdkafka's own counts) is counted, not logged. The next one after the
-window is logged with that count (``... (1234 like it in the 60 s before, not logged)``). A kind
-that stopped repeating has its last held-back line logged with its count once any line arrives a
-window later (librdkafka says something on most changes); if none ever does, that count is not
-logged. DEBUG lines (the ``debug`` contexts a user asked for) are all logged.
+Repeats (:mod:`outbox.log_repeats`): with its broker away a client retries its connection
+every 50 ms or so for as long as the broker stays away, logging each refusal (librdkafka's
+growing reconnect backoff does not show there: with no broker up, each metadata or coordinator
+query asks for a connection at once, at most every ``reconnect.backoff.ms / 2``), and a client
+served late hands its queued lines over in one burst: thousands of lines a minute per client.
+So a line like one logged in the last :data:`REPEAT_WINDOW_S` (same client, facility and level;
+the same text but for its durations and librdkafka's own ``N identical error(s)`` count) is
+counted, not logged. The next one after the window is logged with that count
+(``... (1199 like it in the 60.0 s before, not logged)``). A kind that stopped repeating has its
+count logged a window or two after its last line, by a timer, with that line and how long ago
+it came (``... (held back: 37 like it in the 2.0 s after the one logged; the last 61.3 s
+ago)``), and every count still held is logged at exit. CRITICAL lines (librdkafka's EMERG to
+CRIT) and DEBUG lines (the ``debug`` contexts a user asked for) are all logged.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import re
 import threading
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
+
+from outbox.log_repeats import REPEAT_WINDOW_S, Logged, Repeats, reset_lock_after_fork
 
 #: The logger librdkafka's lines go to.
 LOGGER_NAME = "outbox.librdkafka"
@@ -78,115 +83,93 @@ _CONFLUENT_LEVELS = {
 _LEVELS = {_CONFLUENT_LEVELS[s]: SYSLOG_LEVELS[s] for s in SYSLOG_LEVELS}
 
 
-#: A line like one logged less than this many seconds ago is counted, not logged.
-REPEAT_WINDOW_S = 60.0
-
 #: What varies between two lines of one kind: a duration (``after 0ms in state CONNECT``) and
 #: librdkafka's own count (``3 identical error(s) suppressed``).
 _VARYING = re.compile(r"\d+(?=ms\b)|\d+(?= identical error)")
 
-#: A kind of line: level, facility, client, and its text without what varies.
-_Kind = tuple[int, object, object, str]
+#: How confluent-kafka hands a line over: facility, client name, text.
+_FORMAT = "%s [%s] %s"
+#: What a line logged a window after the last like it says of those between.
+_HELD = " (%d like it in the %.1f s before, not logged)"
+#: What a stopped kind's count says: how many, over how long, and when the last (shown) came.
+_STOPPED = " (held back: %d like it in the %.1f s after the one logged; the last %.1f s ago)"
 
-#: A line to log: its level, its arguments (facility, client, text), how many lines like it were
-#: not logged and over how many seconds.
-Line = tuple[int, tuple[object, ...], int, float]
-
-
-class _Seen:
-    """One kind's last logged line and what was held back since."""
-
-    __slots__ = ("at", "held", "last", "last_at")
-
-    def __init__(self, at: float, last: tuple[object, ...]) -> None:
-        self.at, self.held, self.last, self.last_at = at, 0, last, at
-
-
-class Repeats:
-    """Which kinds of line were logged in the last ``window_s`` and how many like each were held
-    back since (see the module doc). Bounded: a kind is forgotten one window after its last
-    logged line (its count logged then, if it has one), so it keeps at most one entry per kind
-    the clients logged in the last two windows."""
-
-    def __init__(
-        self, window_s: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.window_s = window_s
-        self._clock = clock
-        self._seen: dict[_Kind, _Seen] = {}
-        self._swept = clock()
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        """How many kinds of line it keeps."""
-        return len(self._seen)
-
-    def admit(self, level: int, args: tuple[object, ...]) -> list[Line]:
-        """What to log for this line (``args``: facility, client, text): itself unless one like
-        it was logged less than a window ago, and the counts of the kinds that stopped."""
-        facility, client, text = args
-        kind = (level, facility, client, _VARYING.sub("#", str(text)))
-        now = self._clock()
-        with self._lock:
-            lines = self._sweep(now, kind) if now - self._swept >= self.window_s else []
-            seen = self._seen.get(kind)
-            if seen is None:
-                self._seen[kind] = _Seen(now, args)
-                lines.append((level, args, 0, 0.0))
-            elif now - seen.at < self.window_s:
-                seen.held += 1
-                seen.last, seen.last_at = args, now
-            else:
-                lines.append((level, args, seen.held, now - seen.at))
-                seen.at, seen.held, seen.last, seen.last_at = now, 0, args, now
-        return lines
-
-    def _sweep(self, now: float, arriving: _Kind) -> list[Line]:
-        """Forget the kinds not logged for a window but the ``arriving`` one (logged with its
-        count now); the last of each one's held-back lines, with the count of those before it
-        since its last logged line."""
-        self._swept = now
-        gone = [
-            kind
-            for kind, seen in self._seen.items()
-            if now - seen.at >= self.window_s and kind != arriving
-        ]
-        lines: list[Line] = []
-        for kind in gone:
-            seen = self._seen.pop(kind)
-            if seen.held:
-                lines.append((kind[0], seen.last, seen.held - 1, seen.last_at - seen.at))
-        return lines
+__all__ = ["LOGGER_NAME", "REPEAT_WINDOW_S", "SYSLOG_LEVELS", "LibrdkafkaLogger", "log_to_python"]
 
 
 class LibrdkafkaLogger:
     """The ``logger`` confluent-kafka is given: its ``log`` calls, at this module's levels and
-    with repeats counted rather than logged (:class:`Repeats`), on a :class:`logging.Logger`."""
+    with repeats counted rather than logged (:class:`~outbox.log_repeats.Repeats`), on a
+    :class:`logging.Logger`."""
 
     def __init__(self, logger: logging.Logger, repeats: Repeats | None = None) -> None:
         self.logger = logger
         self.repeats = Repeats() if repeats is None else repeats
+        self._timer_lock = threading.Lock()
+        reset_lock_after_fork(self, "_timer_lock")
+        #: The process whose sweep timer is pending (a forked child has none: it arms its own).
+        self._timer_pid: int | None = None
 
     def log(self, level: int, msg: str, *args: object) -> None:
+        """One of librdkafka's lines (confluent-kafka hands it over as ``"%s [%s] %s"``,
+        facility, client, text). CRITICAL and DEBUG lines, and any of another shape, are logged
+        as they come: they are rare or were asked for. An error here would come out of the
+        client's ``poll()``, so counting that fails logs the line as it came."""
         ours = _LEVELS.get(level, level)
-        if level <= logging.DEBUG or len(args) != 3 or msg != _FORMAT:
+        if level <= logging.DEBUG or ours >= logging.CRITICAL or len(args) != 3 or msg != _FORMAT:
             self.logger.log(ours, msg, *args)
             return
-        for line_level, line, held, over_s in self.repeats.admit(ours, args):
-            if held:
-                self.logger.log(line_level, _FORMAT + _HELD, *line, held, over_s)
+        try:
+            facility, client, text = args
+            kind = (ours, facility, client, _VARYING.sub("#", str(text)))
+            lines = self.repeats.admit(kind, ours, args)
+        except Exception:  # never lose the line to the counting
+            self.logger.log(ours, msg, *args)
+            return
+        self._emit(lines)
+        if not lines or lines[-1].args is not args:  # admit puts this one last if it is logged
+            self._arm()
+
+    def flush(self, *, everything: bool = False) -> None:
+        """Log the counts of the kinds that stopped repeating (every count held, with
+        ``everything``: at exit). A timer calls it a window after a line was counted."""
+        self._emit(self.repeats.sweep(everything=everything))
+
+    def _emit(self, lines: list[Logged]) -> None:
+        # Logged outside the counting's lock (a handler may be slow, or log itself), so two
+        # threads' lines of one kind can come out in either order; the counts stay right.
+        for line in lines:
+            if line.ago_s is not None:
+                extra: tuple[object, ...] = (line.held, line.over_s, line.ago_s)
+                self.logger.log(line.level, _FORMAT + _STOPPED, *line.args, *extra)
+            elif line.held:
+                self.logger.log(line.level, _FORMAT + _HELD, *line.args, line.held, line.over_s)
             else:
-                self.logger.log(line_level, _FORMAT, *line)
+                self.logger.log(line.level, _FORMAT, *line.args)
 
+    def _arm(self) -> None:
+        """A sweep one window from now, so that a count is logged though no line follows it."""
+        with self._timer_lock:
+            if self._timer_pid == os.getpid():
+                return
+            self._timer_pid = os.getpid()
+        timer = threading.Timer(self.repeats.window_s, self._tick)
+        timer.name = "outbox-librdkafka-repeats"
+        timer.daemon = True
+        timer.start()
 
-#: How confluent-kafka hands a line over: facility, client name, text.
-_FORMAT = "%s [%s] %s"
-#: What a line logged after a window says of the lines like it that were not.
-_HELD = " (%d like it in the %.0f s before, not logged)"
+    def _tick(self) -> None:
+        with self._timer_lock:
+            self._timer_pid = None
+        self.flush()
+        if self.repeats.holding():
+            self._arm()
 
 
 #: The one shared by every client (confluent-kafka keeps a reference per client).
 _DEFAULT = LibrdkafkaLogger(logging.getLogger(LOGGER_NAME))
+# Before logging's own shutdown (registered earlier, so run later): the counts still held.
+atexit.register(_DEFAULT.flush, everything=True)
 
 
 def log_to_python(config: Mapping[str, Any]) -> dict[str, Any]:

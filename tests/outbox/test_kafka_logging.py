@@ -159,7 +159,7 @@ class Clock:
         return self.now
 
 
-def refusal(client: str = "rdkafka#consumer-1", after_ms: int = 0, port: int = 1) -> str:
+def refusal(after_ms: int = 0, port: int = 1) -> str:
     return (
         f"[thrd:127.0.0.1:{port}/bootstrap]: 127.0.0.1:{port}/bootstrap: Connect to "
         f"ipv4#127.0.0.1:{port} failed: Connection refused (after {after_ms}ms in state CONNECT)"
@@ -168,6 +168,10 @@ def refusal(client: str = "rdkafka#consumer-1", after_ms: int = 0, port: int = 1
 
 def logged(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records]
+
+
+def fail(log: LibrdkafkaLogger, text: str, client: str = "rdkafka#consumer-1") -> None:
+    log.log(logging.ERROR, "%s [%s] %s", "FAIL", client, text)
 
 
 @pytest.fixture
@@ -184,12 +188,11 @@ def test_a_repeated_line_is_counted_not_logged_and_the_count_comes_with_the_next
     # Given a client retrying its refused connection every 50 ms for 90 s (durations vary)
     for n in range(1800):
         clock.now = 1000 + n * 0.05
-        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", refusal(after_ms=n % 3))
+        fail(log, refusal(after_ms=n % 3))
     # Then the first is logged, and the first a window later with the count of those between
-    first_text = f"FAIL [rdkafka#consumer-1] {refusal()}"
     assert logged(caplog) == [
-        first_text,
-        f"FAIL [rdkafka#consumer-1] {refusal(after_ms=1200 % 3)} (1199 like it in the 60 s "
+        f"FAIL [rdkafka#consumer-1] {refusal()}",
+        f"FAIL [rdkafka#consumer-1] {refusal(after_ms=1200 % 3)} (1199 like it in the 60.0 s "
         "before, not logged)",
     ]
     assert {r.levelno for r in caplog.records} == {logging.WARNING}
@@ -203,7 +206,7 @@ def test_lines_of_another_client_facility_level_or_broker_are_logged_each(
         (logging.ERROR, "FAIL", "rdkafka#consumer-1", refusal()),
         (logging.ERROR, "FAIL", "rdkafka#consumer-2", refusal()),  # another client
         (logging.ERROR, "ERROR", "rdkafka#consumer-1", refusal()),  # another facility
-        (logging.CRITICAL, "FAIL", "rdkafka#consumer-1", refusal()),  # another level
+        (logging.INFO, "FAIL", "rdkafka#consumer-1", refusal()),  # another level
         (logging.ERROR, "FAIL", "rdkafka#consumer-1", refusal(port=2)),  # another broker
     ]
     for level, facility, client, text in lines * 3:
@@ -211,44 +214,101 @@ def test_lines_of_another_client_facility_level_or_broker_are_logged_each(
     assert logged(caplog) == [f"{f} [{c}] {t}" for _, f, c, t in lines]
 
 
-def test_a_kind_that_stopped_repeating_has_its_count_logged_when_a_line_comes_a_window_later(
+@pytest.mark.parametrize("burst", [1, 500])
+def test_a_kind_that_stopped_repeating_has_its_count_logged_with_its_last_line_and_its_age(
+    burst: int, clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, clock = clocked
+    # Given a line, then a burst of lines like it within 2 s (served late, all at once)
+    fail(log, refusal())
+    for n in range(burst):
+        clock.now = 1001 + n / 500
+        fail(log, refusal(after_ms=7))
+    last_at = clock.now
+    # When nothing like it comes for a window and a bit
+    clock.now = last_at + 61.25
+    log.flush()  # what the timer does
+    # Then its last line is logged with the count, the span and how long ago it came
+    assert logged(caplog) == [
+        f"FAIL [rdkafka#consumer-1] {refusal()}",
+        f"FAIL [rdkafka#consumer-1] {refusal(after_ms=7)} (held back: {burst} like it in the "
+        f"{last_at - 1000:.1f} s after the one logged; the last 61.2 s ago)",
+    ]
+    # And it was forgotten: the next like it is logged as it comes
+    fail(log, refusal())
+    assert logged(caplog)[-1] == f"FAIL [rdkafka#consumer-1] {refusal()}"
+
+
+def test_a_kind_still_repeating_is_not_taken_for_stopped_when_another_kind_sweeps(
     clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
 ) -> None:
     log, clock = clocked
-    # Given a burst of 500 lines of one kind within a second (served late, all at once)
-    for n in range(500):
-        clock.now = 1000 + n / 500
-        log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#consumer-1", refusal())
-    # When another line comes two minutes later (the broker back: a new session's first line)
-    clock.now = 1120
-    log.log(logging.INFO, "%s [%s] %s", "CGRPJOIN", "rdkafka#consumer-1", "joined")
-    # Then the burst's last line is logged with the count of those before it, then the new one
-    assert logged(caplog) == [
-        f"FAIL [rdkafka#consumer-1] {refusal()}",
-        f"FAIL [rdkafka#consumer-1] {refusal()} (498 like it in the 1 s before, not logged)",
-        "CGRPJOIN [rdkafka#consumer-1] joined",
-    ]
+    # Given two clients retrying, every 50 ms and every 70 ms, for 130 s
+    for n in range(2600):
+        clock.now = 1000 + n * 0.05
+        fail(log, refusal(), client="rdkafka#consumer-1")
+        if n % 7 == 0:
+            clock.now += 0.02
+            fail(log, refusal(), client="rdkafka#consumer-2")
+    # Then each logged its first line and one a window later, and again, with its count: none
+    # of them a stopped kind's count
+    messages = logged(caplog)
+    assert not [m for m in messages if "held back" in m], messages
+    for client in ("rdkafka#consumer-1", "rdkafka#consumer-2"):
+        assert len([m for m in messages if client in m]) == 3, messages
 
 
-def test_what_repeats_keeps_is_bounded_by_what_the_last_two_windows_logged() -> None:
+def test_the_timer_logs_a_stopped_kinds_count_though_no_line_follows(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="tests.timer")
+    log = LibrdkafkaLogger(logging.getLogger("tests.timer"), Repeats(0.3))
+    # Given three lines alike, then nothing
+    for _ in range(3):
+        fail(log, refusal())
+    # Then within a window or two the count of the two not logged is
+    deadline = time.monotonic() + 5
+    while len(caplog.records) < 2:
+        assert time.monotonic() < deadline, logged(caplog)
+        time.sleep(0.05)
+    assert "(held back: 2 like it in the 0.0 s after the one logged; the last" in logged(caplog)[1]
+    assert caplog.records[1].threadName == "outbox-librdkafka-repeats"
+
+
+def test_what_repeats_keeps_is_bounded_by_what_the_last_two_windows_brought() -> None:
     clock = Clock()
     repeats = Repeats(60, clock)
     # Given 10,000 clients come and go, each logging one line, over ten minutes
     for n in range(10_000):
         clock.now = 1000 + n * 0.06
-        repeats.admit(logging.WARNING, ("FAIL", f"rdkafka#consumer-{n}", refusal()))
+        repeats.admit(("FAIL", n), logging.WARNING, ("FAIL", f"rdkafka#consumer-{n}", "x"))
         # Then it never keeps more kinds than two windows of them brought
         assert len(repeats) <= 2 * 60 / 0.06 + 1
-    assert len(repeats) <= 2 * 60 / 0.06 + 1
 
 
-def test_debug_lines_a_user_asked_for_are_all_logged(
-    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("level", [logging.DEBUG, logging.CRITICAL])
+def test_debug_lines_a_user_asked_for_and_critical_ones_are_all_logged(
+    level: int, clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
 ) -> None:
     log, _ = clocked
     for _ in range(5):
-        log.log(logging.DEBUG, "%s [%s] %s", "RECONNECT", "rdkafka#consumer-1", "Delaying 50ms")
+        log.log(level, "%s [%s] %s", "RECONNECT", "rdkafka#consumer-1", "Delaying 50ms")
     assert len(caplog.records) == 5
+
+
+def test_at_exit_every_count_still_held_is_logged(
+    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, clock = clocked
+    for n in range(4):
+        clock.now = 1000 + n
+        fail(log, refusal())
+    log.flush()  # a window has not passed: nothing yet
+    assert len(caplog.records) == 1
+    log.flush(everything=True)  # what the module registers at exit
+    assert logged(caplog)[1].endswith(
+        "(held back: 3 like it in the 3.0 s after the one logged; the last 0.0 s ago)"
+    )
 
 
 class Counting(LibrdkafkaLogger):
@@ -268,7 +328,7 @@ AWAY_S = 5.0
 assert AWAY_S < REPEAT_WINDOW_S
 
 
-def test_a_client_whose_broker_stays_away_logs_its_refused_connection_once_a_window(
+def test_a_client_whose_broker_stays_away_logs_its_refused_connection_once_in_a_window(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     # Given a subscribed consumer whose one broker refuses connections for AWAY_S
