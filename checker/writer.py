@@ -3,10 +3,11 @@
 Decisions (op records), dead-letter copies of given-up transactions and check counts (state
 records) go out together with the checker's consumer offsets, committed through
 ``send_offsets_to_transaction`` with the consumer group's metadata. So a checker instance that
-lost its partitions while frozen (a zombie: SIGSTOP, a long GC pause, a partition from its
-group) cannot write a decision after the new owner took over: its transaction is fenced, as
-the relay's are (KIP-447). Either the whole round is written with the positions that make it
-true, or none of it is, and the next session starts again from the committed positions.
+lost its partitions while frozen (a zombie: SIGSTOP, a partition from its group, a loop stalled
+past ``max.poll.interval.ms``) cannot write a decision after the new owner took over: its
+transaction is fenced, as the relay's are (KIP-447). Either the whole round is written with
+the positions that make it true, or none of it is, and the next session starts again from the
+committed positions.
 
 A record the broker refuses for itself (an op or dead letter over its topic's
 ``max.message.bytes``) aborts the round; the writer remembers it so the next session does not

@@ -36,21 +36,22 @@ counted, not logged. The next one after the window is logged with that count
 (``... (1199 like it in the 60.0 s before, not logged)``). A kind that stopped repeating has its
 count logged a window or two after its last line, by a timer, with that line and how long ago
 it came (``... (held back: 37 like it in the 2.0 s after the one logged; the last 61.3 s
-ago)``), and every count still held is logged at exit. CRITICAL lines (librdkafka's EMERG to
-CRIT) and DEBUG lines (the ``debug`` contexts a user asked for) are all logged.
+ago)``). At a normal exit every count the library's clients still hold is logged
+(:func:`flush_held`); an ``os._exit`` (the watchdog's stuck exit) loses them. CRITICAL lines
+(librdkafka's EMERG to CRIT) and DEBUG lines (the ``debug`` contexts a user asked for) are all
+logged; a line the logger would not log is not counted either.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from outbox.log_repeats import REPEAT_WINDOW_S, Logged, Repeats, reset_lock_after_fork
+from outbox.log_repeats import REPEAT_WINDOW_S, Logged, Repeats, renew_after_fork
 
 #: The logger librdkafka's lines go to.
 LOGGER_NAME = "outbox.librdkafka"
@@ -94,7 +95,14 @@ _HELD = " (%d like it in the %.1f s before, not logged)"
 #: What a stopped kind's count says: how many, over how long, and when the last (shown) came.
 _STOPPED = " (held back: %d like it in the %.1f s after the one logged; the last %.1f s ago)"
 
-__all__ = ["LOGGER_NAME", "REPEAT_WINDOW_S", "SYSLOG_LEVELS", "LibrdkafkaLogger", "log_to_python"]
+__all__ = [
+    "LOGGER_NAME",
+    "REPEAT_WINDOW_S",
+    "SYSLOG_LEVELS",
+    "LibrdkafkaLogger",
+    "flush_held",
+    "log_to_python",
+]
 
 
 class LibrdkafkaLogger:
@@ -102,13 +110,26 @@ class LibrdkafkaLogger:
     with repeats counted rather than logged (:class:`~outbox.log_repeats.Repeats`), on a
     :class:`logging.Logger`."""
 
-    def __init__(self, logger: logging.Logger, repeats: Repeats | None = None) -> None:
+    def __init__(
+        self,
+        logger: logging.Logger,
+        repeats: Repeats | None = None,
+        schedule: Callable[[float, Callable[[], None]], object] | None = None,
+    ) -> None:
+        """``schedule(delay_s, call)`` runs ``call`` once, ``delay_s`` from now (by default on a
+        daemon :class:`threading.Timer`): the sweep that logs a stopped kind's count."""
         self.logger = logger
         self.repeats = Repeats() if repeats is None else repeats
+        self._schedule = _on_a_timer if schedule is None else schedule
         self._timer_lock = threading.Lock()
-        reset_lock_after_fork(self, "_timer_lock")
-        #: The process whose sweep timer is pending (a forked child has none: it arms its own).
-        self._timer_pid: int | None = None
+        #: Whether a sweep is scheduled.
+        self._armed = False
+        renew_after_fork(self)
+
+    def after_fork(self) -> None:
+        """In a forked child (whose :class:`Repeats` starts empty): no timer, a new lock."""
+        self._timer_lock = threading.Lock()
+        self._armed = False
 
     def log(self, level: int, msg: str, *args: object) -> None:
         """One of librdkafka's lines (confluent-kafka hands it over as ``"%s [%s] %s"``,
@@ -119,15 +140,17 @@ class LibrdkafkaLogger:
         if level <= logging.DEBUG or ours >= logging.CRITICAL or len(args) != 3 or msg != _FORMAT:
             self.logger.log(ours, msg, *args)
             return
+        if not self.logger.isEnabledFor(ours):
+            return  # neither logged nor worth counting
         try:
             facility, client, text = args
             kind = (ours, facility, client, _VARYING.sub("#", str(text)))
-            lines = self.repeats.admit(kind, ours, args)
+            lines, counted = self.repeats.admit(kind, ours, args)
         except Exception:  # never lose the line to the counting
             self.logger.log(ours, msg, *args)
             return
         self._emit(lines)
-        if not lines or lines[-1].args is not args:  # admit puts this one last if it is logged
+        if counted:
             self._arm()
 
     def flush(self, *, everything: bool = False) -> None:
@@ -148,28 +171,46 @@ class LibrdkafkaLogger:
                 self.logger.log(line.level, _FORMAT, *line.args)
 
     def _arm(self) -> None:
-        """A sweep one window from now, so that a count is logged though no line follows it."""
+        """A sweep one window from now, so that a count is logged though no line follows it.
+        If none can be scheduled (no thread to be had), the next counted line tries again and
+        the exit's flush logs what is held."""
         with self._timer_lock:
-            if self._timer_pid == os.getpid():
+            if self._armed:
                 return
-            self._timer_pid = os.getpid()
-        timer = threading.Timer(self.repeats.window_s, self._tick)
-        timer.name = "outbox-librdkafka-repeats"
-        timer.daemon = True
-        timer.start()
+            self._armed = True
+        try:
+            self._schedule(self.repeats.window_s, self._tick)
+        except Exception:
+            with self._timer_lock:
+                self._armed = False
 
     def _tick(self) -> None:
         with self._timer_lock:
-            self._timer_pid = None
+            self._armed = False
         self.flush()
         if self.repeats.holding():
             self._arm()
 
 
+def _on_a_timer(delay_s: float, call: Callable[[], None]) -> None:
+    timer = threading.Timer(delay_s, call)
+    timer.name = "outbox-librdkafka-repeats"
+    timer.daemon = True
+    timer.start()
+
+
 #: The one shared by every client (confluent-kafka keeps a reference per client).
 _DEFAULT = LibrdkafkaLogger(logging.getLogger(LOGGER_NAME))
-# Before logging's own shutdown (registered earlier, so run later): the counts still held.
-atexit.register(_DEFAULT.flush, everything=True)
+
+
+def flush_held() -> None:
+    """Log every count the library's clients' lines still hold: at a normal exit (registered
+    here, so it runs before logging's own shutdown), or where a caller wants them now (a test
+    suite, after each test)."""
+    _DEFAULT.flush(everything=True)
+
+
+atexit.register(flush_held)
 
 
 def log_to_python(config: Mapping[str, Any]) -> dict[str, Any]:

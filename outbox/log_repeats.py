@@ -10,7 +10,10 @@ first (the caller sweeps at exit).
 
 Bounded: a kind is forgotten by the first sweep a window after it was last seen, and
 :meth:`Repeats.admit` sweeps when a window has passed since the last sweep, so what is kept is
-at most the kinds seen in the last two windows (each of which logged its first line).
+at most the kinds seen within two windows before the latest line (each logged its first line).
+
+In a forked child a :class:`Repeats` starts empty with a new lock: the parent's clients are not
+the child's, and a lock another thread of the parent held at the fork would stay held there.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Protocol
 
 #: A line like one logged less than this many seconds ago is counted, not logged.
 REPEAT_WINDOW_S = 60.0
@@ -63,7 +67,12 @@ class Repeats:
         self._seen: dict[Hashable, _Seen] = {}
         self._swept = clock()
         self._lock = threading.Lock()
-        reset_lock_after_fork(self, "_lock")
+        renew_after_fork(self)
+
+    def after_fork(self) -> None:
+        """In a forked child: empty, with a new lock (see the module doc)."""
+        self._lock = threading.Lock()
+        self._seen = {}
 
     def __len__(self) -> int:
         """How many kinds of line it keeps."""
@@ -74,10 +83,13 @@ class Repeats:
         with self._lock:
             return any(seen.held for seen in self._seen.values())
 
-    def admit(self, kind: Hashable, level: int, args: tuple[object, ...]) -> list[Logged]:
+    def admit(
+        self, kind: Hashable, level: int, args: tuple[object, ...]
+    ) -> tuple[list[Logged], bool]:
         """What to log now that a line of ``kind`` came: itself unless one like it was logged
         less than a window ago (with the count of those between if any), and the counts of the
-        kinds that stopped if a window passed since the last sweep."""
+        kinds that stopped if a window passed since the last sweep; and whether this line was
+        counted instead of logged."""
         now = self._clock()
         with self._lock:
             lines = self._sweep(now, everything=False) if now - self._swept >= self.window_s else []
@@ -88,10 +100,11 @@ class Repeats:
             elif now - seen.at < self.window_s:
                 seen.held += 1
                 seen.last, seen.last_at = args, now
+                return lines, True
             else:
                 lines.append(Logged(level, args, seen.held, now - seen.at))
                 seen.at, seen.held, seen.last, seen.last_at = now, 0, args, now
-        return lines
+        return lines, False
 
     def sweep(self, *, everything: bool = False) -> list[Logged]:
         """Forget the kinds not seen for a window (every kind, with ``everything``: at exit);
@@ -116,15 +129,23 @@ class Repeats:
         return lines
 
 
-def reset_lock_after_fork(owner: object, name: str) -> None:
-    """Give ``owner`` a new lock at ``name`` in a forked child: one another thread of the parent
-    held at the fork would stay held there, and the child's next line would wait on it forever
-    (inside a Kafka client's ``poll()``). Holds ``owner`` weakly."""
-    ref = weakref.ref(owner)
+class ForkAware(Protocol):
+    def after_fork(self) -> None:
+        """Called in a forked child, before anything else runs there."""
 
-    def reset() -> None:
-        alive = ref()
-        if alive is not None:
-            setattr(alive, name, threading.Lock())
 
-    os.register_at_fork(after_in_child=reset)
+#: What :func:`renew_after_fork` was given, held weakly.
+_RENEWED: weakref.WeakSet[ForkAware] = weakref.WeakSet()
+
+
+def renew_after_fork(owner: ForkAware) -> None:
+    """Have ``owner.after_fork()`` called in every forked child while ``owner`` lives."""
+    _RENEWED.add(owner)
+
+
+def _after_fork_in_child() -> None:
+    for owner in list(_RENEWED):
+        owner.after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from outbox.kafka_logging import flush_held
 from outbox.testing import HarnessSettings
 from tests import logged_clients
 
@@ -16,6 +17,15 @@ if TYPE_CHECKING:
     from tests.acl_kafka import AclKafka
 
 logged_clients.install()  # before any test module imports confluent_kafka's clients
+
+
+@pytest.fixture(autouse=True)
+def _librdkafka_counts_in_their_test() -> Iterator[None]:
+    """The counts of librdkafka lines a test's clients repeated are logged as it ends, with its
+    log: a minute later the timer would log them into another test's (and at the run's end,
+    raw on stderr after the summary)."""
+    yield
+    flush_held()
 
 
 @pytest.fixture(scope="session")

@@ -5,9 +5,11 @@ on, so librdkafka logs its refused connections)."""
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer
@@ -21,9 +23,9 @@ from outbox.kafka_logging import (
     REPEAT_WINDOW_S,
     SYSLOG_LEVELS,
     LibrdkafkaLogger,
-    Repeats,
     log_to_python,
 )
+from outbox.log_repeats import Repeats
 from outbox.testing.ports import free_port
 
 #: A librdkafka line as it writes it to stderr by itself: ``%3|1700000000.123|FAIL|...``.
@@ -174,11 +176,34 @@ def fail(log: LibrdkafkaLogger, text: str, client: str = "rdkafka#consumer-1") -
     log.log(logging.ERROR, "%s [%s] %s", "FAIL", client, text)
 
 
+class Scheduled:
+    """A schedule the test runs itself: the sweeps the logger asked for."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[float, Callable[[], None]]] = []
+
+    def __call__(self, delay_s: float, call: Callable[[], None]) -> None:
+        self.calls.append((delay_s, call))
+
+    def run(self) -> None:
+        calls, self.calls = self.calls, []
+        for _, call in calls:
+            call()
+
+
 @pytest.fixture
-def clocked(caplog: pytest.LogCaptureFixture) -> tuple[LibrdkafkaLogger, Clock]:
+def scheduled() -> Scheduled:
+    return Scheduled()
+
+
+@pytest.fixture
+def clocked(
+    caplog: pytest.LogCaptureFixture, scheduled: Scheduled
+) -> tuple[LibrdkafkaLogger, Clock]:
     caplog.set_level(logging.DEBUG, logger="tests.repeats")
     clock = Clock()
-    return LibrdkafkaLogger(logging.getLogger("tests.repeats"), Repeats(60, clock)), clock
+    logger = logging.getLogger("tests.repeats")
+    return LibrdkafkaLogger(logger, Repeats(60, clock), scheduled), clock
 
 
 def test_a_repeated_line_is_counted_not_logged_and_the_count_comes_with_the_next_after_the_window(
@@ -216,7 +241,10 @@ def test_lines_of_another_client_facility_level_or_broker_are_logged_each(
 
 @pytest.mark.parametrize("burst", [1, 500])
 def test_a_kind_that_stopped_repeating_has_its_count_logged_with_its_last_line_and_its_age(
-    burst: int, clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+    burst: int,
+    clocked: tuple[LibrdkafkaLogger, Clock],
+    scheduled: Scheduled,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     log, clock = clocked
     # Given a line, then a burst of lines like it within 2 s (served late, all at once)
@@ -225,9 +253,10 @@ def test_a_kind_that_stopped_repeating_has_its_count_logged_with_its_last_line_a
         clock.now = 1001 + n / 500
         fail(log, refusal(after_ms=7))
     last_at = clock.now
-    # When nothing like it comes for a window and a bit
+    # When nothing like it comes for a window and a bit, and the sweep asked for runs
+    assert [delay for delay, _ in scheduled.calls] == [60]  # one, though many were counted
     clock.now = last_at + 61.25
-    log.flush()  # what the timer does
+    scheduled.run()
     # Then its last line is logged with the count, the span and how long ago it came
     assert logged(caplog) == [
         f"FAIL [rdkafka#consumer-1] {refusal()}",
@@ -237,6 +266,7 @@ def test_a_kind_that_stopped_repeating_has_its_count_logged_with_its_last_line_a
     # And it was forgotten: the next like it is logged as it comes
     fail(log, refusal())
     assert logged(caplog)[-1] == f"FAIL [rdkafka#consumer-1] {refusal()}"
+    assert scheduled.calls == []  # nothing held: no sweep asked for
 
 
 def test_a_kind_still_repeating_is_not_taken_for_stopped_when_another_kind_sweeps(
@@ -305,7 +335,7 @@ def test_at_exit_every_count_still_held_is_logged(
         fail(log, refusal())
     log.flush()  # a window has not passed: nothing yet
     assert len(caplog.records) == 1
-    log.flush(everything=True)  # what the module registers at exit
+    log.flush(everything=True)  # what flush_held does for the library's clients' logger
     assert logged(caplog)[1].endswith(
         "(held back: 3 like it in the 3.0 s after the one logged; the last 0.0 s ago)"
     )
@@ -316,10 +346,10 @@ class Counting(LibrdkafkaLogger):
 
     def __init__(self, logger: logging.Logger) -> None:
         super().__init__(logger)
-        self.handed = 0
+        self.handed: list[str] = []
 
     def log(self, level: int, msg: str, *args: object) -> None:
-        self.handed += 1
+        self.handed.append(msg % args)
         super().log(level, msg, *args)
 
 
@@ -347,5 +377,63 @@ def test_a_client_whose_broker_stays_away_logs_its_refused_connection_once_in_a_
         consumer.close()
     # Then librdkafka retried many times (it does every ~50 ms with no broker up) and one line
     # of them was logged
-    assert counting.handed >= 20, counting.handed
+    handed = [line for line in counting.handed if f":{port}" in line and "refused" in line]
+    assert len(handed) >= 20, counting.handed
     assert len(refused(caplog.records, port)) == 1
+    # And the rest are counted in one more, once they are flushed (its timer would, later)
+    counting.flush(everything=True)
+    rest = refused(caplog.records, port)[1].getMessage()
+    assert f"(held back: {len(handed) - 1} like it in the" in rest, rest
+
+
+def test_a_sweep_that_cannot_be_scheduled_is_asked_for_again_by_the_next_counted_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="tests.nothread")
+    asked: list[float] = []
+
+    def no_thread(delay_s: float, call: Callable[[], None]) -> None:
+        asked.append(delay_s)
+        raise RuntimeError("can't start new thread")
+
+    log = LibrdkafkaLogger(logging.getLogger("tests.nothread"), Repeats(60), no_thread)
+    for _ in range(3):
+        fail(log, refusal())  # no error out of the client's poll()
+    assert asked == [60, 60]  # each counted line asks again
+    assert len(caplog.records) == 1
+    log.flush(everything=True)
+    assert "(held back: 2 like it" in logged(caplog)[1]
+
+
+def test_identical_error_counts_and_durations_do_not_make_a_new_kind(
+    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, _ = clocked
+    for n in (1, 2, 3):
+        fail(
+            log,
+            f"1/1: Disconnected (after {n}00ms in state UP, {n} identical error(s) suppressed)",
+        )
+    assert len(caplog.records) == 1
+
+
+def test_a_forked_child_starts_with_nothing_held_and_counts_its_own(
+    clocked: tuple[LibrdkafkaLogger, Clock], scheduled: Scheduled, tmp_path: Path
+) -> None:
+    log, _ = clocked
+    for _ in range(3):
+        fail(log, refusal())
+    assert log.repeats.holding()
+    out = tmp_path / "child"
+    pid = os.fork()
+    if pid == 0:  # the child: report what it holds, count one of its own, and go
+        try:
+            held = log.repeats.holding()
+            fail(log, refusal())  # logged again: the parent's kind is not the child's
+            fail(log, refusal())  # counted
+            out.write_text(f"{held} {len(log.repeats)} {log.repeats.holding()}")
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert out.read_text() == "False 1 True"
+    assert log.repeats.holding()  # the parent's are its own still
