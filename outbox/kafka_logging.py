@@ -180,9 +180,11 @@ class LibrdkafkaLogger:
             self._armed = True
         try:
             self._schedule(self.repeats.window_s, self._tick)
-        except Exception:
+        except BaseException as err:  # an interrupt too: else no sweep is ever asked for again
             with self._timer_lock:
                 self._armed = False
+            if not isinstance(err, Exception):
+                raise
 
     def _tick(self) -> None:
         with self._timer_lock:

@@ -20,11 +20,18 @@ logged_clients.install()  # before any test module imports confluent_kafka's cli
 
 
 @pytest.fixture(autouse=True)
-def _librdkafka_counts_in_their_test() -> Iterator[None]:
+def _librdkafka_counts_in_their_test(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     """The counts of librdkafka lines a test's clients repeated are logged as it ends, with its
     log: a minute later the timer would log them into another test's (and at the run's end,
-    raw on stderr after the summary)."""
+    raw on stderr after the summary). Asks for ``caplog`` so as to run before it restores the
+    levels a test set."""
     yield
+    flush_held()
+
+
+def pytest_sessionfinish() -> None:
+    """What session-scoped clients repeated, while the broker fixtures stopped, before the
+    summary rather than raw after it."""
     flush_held()
 
 

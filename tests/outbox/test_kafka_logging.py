@@ -7,6 +7,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -421,19 +424,76 @@ def test_a_forked_child_starts_with_nothing_held_and_counts_its_own(
     clocked: tuple[LibrdkafkaLogger, Clock], scheduled: Scheduled, tmp_path: Path
 ) -> None:
     log, _ = clocked
+    # Given lines held back, their sweep asked for
     for _ in range(3):
         fail(log, refusal())
-    assert log.repeats.holding()
+    assert log.repeats.holding() and len(scheduled.calls) == 1
+    # and another thread inside the counting's lock as the process forks
+    inside, release = threading.Event(), threading.Event()
+
+    class Blocking:
+        def __hash__(self) -> int:
+            inside.set()
+            release.wait(10)
+            return 1
+
+    other = threading.Thread(
+        target=log.repeats.admit, args=(Blocking(), logging.WARNING, ("F", "c", "x"))
+    )
+    other.start()
+    assert inside.wait(5)
     out = tmp_path / "child"
     pid = os.fork()
     if pid == 0:  # the child: report what it holds, count one of its own, and go
         try:
             held = log.repeats.holding()
             fail(log, refusal())  # logged again: the parent's kind is not the child's
-            fail(log, refusal())  # counted
-            out.write_text(f"{held} {len(log.repeats)} {log.repeats.holding()}")
+            fail(log, refusal())  # counted, and a sweep asked for: none is pending here
+            out.write_text(
+                f"{held} {len(log.repeats)} {log.repeats.holding()} {len(scheduled.calls)}"
+            )
         finally:
             os._exit(0)
-    os.waitpid(pid, 0)
-    assert out.read_text() == "False 1 True"
+    release.set()
+    other.join()
+    deadline = time.monotonic() + 20
+    while (done := os.waitpid(pid, os.WNOHANG)) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the child hung: a lock held at the fork stayed held")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(done[1]) == 0
+    # Then the child started empty, counted its own, and asked for its own sweep
+    assert out.read_text() == "False 1 True 2"
     assert log.repeats.holding()  # the parent's are its own still
+
+
+def test_lines_the_logger_would_drop_are_not_counted(
+    caplog: pytest.LogCaptureFixture, scheduled: Scheduled
+) -> None:
+    logger = logging.getLogger("tests.quiet")
+    caplog.set_level(logging.ERROR, logger="tests.quiet")  # as the CLI sets it without --debug
+    log = LibrdkafkaLogger(logger, Repeats(60), scheduled)
+    for _ in range(3):
+        fail(log, refusal())  # WARNING here
+    assert caplog.records == []
+    assert not log.repeats.holding() and len(log.repeats) == 0 and scheduled.calls == []
+
+
+def test_at_a_normal_exit_the_library_clients_counts_are_logged() -> None:
+    code = (
+        "import logging\n"
+        "from outbox.kafka_logging import log_to_python\n"
+        "logging.basicConfig(format='%(message)s')\n"
+        "log = log_to_python({})['logger']\n"
+        "for _ in range(3):\n"
+        "    log.log(logging.ERROR, '%s [%s] %s', 'FAIL', 'rdkafka#consumer-1', 'refused')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    lines = done.stderr.splitlines()
+    assert lines[0] == "FAIL [rdkafka#consumer-1] refused", done.stderr
+    assert lines[1].startswith("FAIL [rdkafka#consumer-1] refused (held back: 2 like it in the")
+    assert len(lines) == 2, done.stderr
