@@ -17,6 +17,7 @@ import shutil
 import time
 from pathlib import Path
 
+from outbox.kafka_logging import log_to_python
 from outbox.testing.kafka_process import KafkaProcess, _run
 from outbox.testing.left_processes import new_workdir
 from outbox.testing.readiness import wait_for_kafka
@@ -176,7 +177,7 @@ class KafkaCluster:
         """``topic[partition]`` of each partition whose in-sync replicas are not all three."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(log_to_python({"bootstrap.servers": self.bootstrap}))
         try:
             topics = admin.list_topics(timeout=10).topics
         except Exception as err:  # a cluster between leaders: ask again
@@ -192,7 +193,7 @@ class KafkaCluster:
         """Partition -> node id of its leader now (-1 when it has none)."""
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        admin = AdminClient(log_to_python({"bootstrap.servers": self.bootstrap}))
         found = admin.list_topics(topic, timeout=10).topics[topic]
         return {p: part.leader for p, part in found.partitions.items()}
 

@@ -23,6 +23,7 @@ from sqlalchemy.orm import sessionmaker
 
 from checker import Checker
 from outbox import OutboxProducer, OutboxSettings, ensure_topics
+from outbox.kafka_logging import log_to_python
 from outbox.protocol import DecidedBy, OpState
 from outbox.protocol.topics import topic_settings
 from outbox.testing.kafka_cluster import KafkaCluster
@@ -55,7 +56,7 @@ def settings(kafka_cluster: KafkaCluster) -> Iterator[OutboxSettings]:
         send_timeout_s=30,
     )
     names = settings.topics
-    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    admin = AdminClient(log_to_python({"bootstrap.servers": kafka_cluster.bootstrap}))
     registry = NewTopic(
         names.registry,
         num_partitions=1,
