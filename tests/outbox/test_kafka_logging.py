@@ -497,3 +497,19 @@ def test_at_a_normal_exit_the_library_clients_counts_are_logged() -> None:
     assert lines[0] == "FAIL [rdkafka#consumer-1] refused", done.stderr
     assert lines[1].startswith("FAIL [rdkafka#consumer-1] refused (held back: 2 like it in the")
     assert len(lines) == 2, done.stderr
+
+
+def test_an_hour_long_outage_logs_a_line_a_minute_and_keeps_one_kind(
+    clocked: tuple[LibrdkafkaLogger, Clock], caplog: pytest.LogCaptureFixture
+) -> None:
+    log, clock = clocked
+    # Given a client refused every 50 ms for an hour: 72,000 lines
+    for n in range(72_000):
+        clock.now = 1000 + n * 0.05
+        fail(log, refusal())
+    # Then one line a minute is logged, each after the first with the 1,199 between
+    messages = logged(caplog)
+    assert len(messages) == 60
+    assert all(m.endswith("(1199 like it in the 60.0 s before, not logged)") for m in messages[1:])
+    # And one kind is all it keeps
+    assert len(log.repeats) == 1
