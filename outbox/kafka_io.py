@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import ClusterMetadata  # type: ignore[attr-defined]
 
 from outbox.errors import (
@@ -38,7 +38,8 @@ from outbox.metrics import ProducerMetrics
 from outbox.op_writer import OpWriter
 from outbox.protocol.op import OpRecord
 from outbox.protocol.topics import TopicNames
-from outbox.settings import OutboxSettings
+from outbox.settings import OutboxSettings, variable
+from outbox.topic_metadata import read_topic_metadata, transient
 
 log = logging.getLogger("outbox")
 
@@ -164,11 +165,26 @@ class KafkaIO:
         """
         self._check_open()
         names = self.settings.topics
-        try:
-            # All topics, not just ours: asking for one by name may auto-create it with 1 partition.
-            metadata = self._p.list_topics(timeout=self.settings.send_timeout_s)
+        settings = self.settings
+        try:  # a dropped connection is tried again within send_timeout_s (outbox.topic_metadata)
+            metadata = read_topic_metadata(
+                self._p, settings.send_timeout_s, what=settings.bootstrap_servers
+            )
         except Exception as err:
-            raise HalfSendError(f"cannot read metadata of {names.half}: {err}") from err
+            self._check_open()  # closed meanwhile: that is the error to report
+            kafka_error = err.args[0] if err.args and isinstance(err.args[0], KafkaError) else None
+            if not transient(kafka_error):
+                raise HalfSendError(
+                    f"cannot read metadata of {names.half}: {err}", kafka_error
+                ) from err
+            raise HalfSendError(
+                f"cannot read metadata of {names.half} within send_timeout_s "
+                f"({settings.send_timeout_s:g} s): {err}; check that Kafka at "
+                f"{settings.bootstrap_servers} ({variable('bootstrap_servers')}) is up and "
+                f"reachable from this process, or give a slow one more "
+                f"{variable('send_timeout_s')}",
+                kafka_error,
+            ) from err
         return internal_partitions(metadata, names)
 
     def _check_open(self) -> None:

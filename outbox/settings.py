@@ -75,6 +75,9 @@ class OutboxSettings:
             librdkafka's ``message.max.bytes`` (1,000,000 unless ``kafka`` sets it):
             :attr:`max_record_bytes`.
         send_timeout_s: how long one half send may wait for its acknowledgement. Defaults to 10 s.
+            Also how long a process's first transaction may take to read the internal topics'
+            partition count, a connection dropped under that read tried again within it
+            (:mod:`outbox.topic_metadata`).
         send_attempts: attempts at a half send before giving up (tenacity). Defaults to 3.
         wait_for_op: wait for the op record's acknowledgement before the transaction call
             returns. Off by default: the op is sent one-way, as RocketMQ's end-transaction,

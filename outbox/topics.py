@@ -23,6 +23,7 @@ from outbox.protocol.topics import (
     topic_settings,
 )
 from outbox.settings import OutboxSettings
+from outbox.topic_metadata import read_topic_metadata
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def ensure_topics(
         log_to_python({"bootstrap.servers": settings.bootstrap_servers, **_admin_extra(settings)})
     )
     try:
-        existing = _existing_partitions(admin, names, timeout)
+        existing = _existing_partitions(admin, names, timeout, settings.bootstrap_servers)
         wanted = {t: _partitions(names, t, settings) for t in names.all()}
         missing = [t for t in names.all() if t not in existing]
         if missing:
@@ -105,9 +106,11 @@ def _admin_extra(settings: OutboxSettings) -> dict[str, Any]:
     }
 
 
-def _existing_partitions(admin: AdminClient, names: TopicNames, timeout: float) -> dict[str, int]:
-    try:
-        metadata = admin.list_topics(timeout=timeout)
+def _existing_partitions(
+    admin: AdminClient, names: TopicNames, timeout: float, bootstrap: str
+) -> dict[str, int]:
+    try:  # a dropped connection is tried again within the timeout (outbox.topic_metadata)
+        metadata = read_topic_metadata(admin, timeout, what=bootstrap)
     except KafkaException as err:
         raise KafkaOperationError(
             f"cannot list topics: {err.args[0]}; is the broker reachable?", err.args[0]
@@ -152,7 +155,16 @@ def _wait_for_leaders(admin: AdminClient, topics: list[str], timeout: float) -> 
     """Return once every partition of ``topics`` has a leader, so the topics are usable."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        metadata = admin.list_topics(timeout=timeout)
+        try:
+            metadata = read_topic_metadata(admin, max(0.001, deadline - time.monotonic()))
+        except KafkaException as err:
+            if time.monotonic() >= deadline:
+                break  # timed out: the leaders' error below says what was waited for
+            raise KafkaOperationError(
+                f"topics {topics} were created, but listing them to see their leaders failed: "
+                f"{err.args[0]}; is the broker reachable? Run ensure_topics again once it is",
+                err.args[0],
+            ) from err
         found = [metadata.topics.get(t) for t in topics]
         if all(
             t is not None and t.error is None and all(p.leader >= 0 for p in t.partitions.values())

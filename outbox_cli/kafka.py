@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from confluent_kafka.admin import AdminClient
 
 from outbox.kafka_logging import log_to_python
+from outbox.topic_metadata import read_topic_metadata
 from outbox_cli.errors import CommandError, UnreachableError
 
 #: librdkafka keys that say how to connect; the operator commands keep only these.
@@ -33,7 +34,9 @@ def probe(config: Mapping[str, Any], timeout: float, variable: str) -> dict[str,
     """Topic name -> partition count, or :class:`UnreachableError` naming the setting to fix."""
     admin = AdminClient(dict(config))
     try:
-        metadata = admin.list_topics(timeout=timeout)
+        metadata = read_topic_metadata(  # a dropped connection: again
+            admin, timeout, what=config["bootstrap.servers"]
+        )
     except KafkaException as err:
         raise UnreachableError(
             f"cannot reach Kafka at {config['bootstrap.servers']} within {timeout:g} s "
