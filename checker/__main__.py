@@ -1,8 +1,9 @@
 """``python -m checker``: run one checker instance with settings from ``OUTBOX_CHECKER_*``.
 
-SIGTERM and SIGINT stop it (exit 0); exit 2 means the settings are invalid; exit 3 means the loop
-was stuck for ``stuck_exit_s`` (a Kafka client call that never returned) and the process gave up
-so that its supervisor starts a fresh one (:mod:`outbox.watchdog`). SIGUSR1 writes every thread's
+SIGTERM and SIGINT stop it (exit 0); exit 2 means the settings are invalid, or the broker refuses
+one (:mod:`outbox.refused_settings`); exit 3 means the loop was stuck for ``stuck_exit_s`` (a Kafka
+client call that never returned) and the process gave up so that its supervisor starts a fresh
+one (:mod:`outbox.watchdog`). SIGUSR1 writes every thread's
 stack to stderr (it goes on running).
 """
 
@@ -40,6 +41,7 @@ def run(settings: CheckerSettings) -> int:
     try:
         checker.run()
     finally:
+        checker.close()  # also when it raised: its watchdog stops watching
         if endpoint is not None:
             endpoint.close()
     return 0
@@ -48,10 +50,10 @@ def run(settings: CheckerSettings) -> int:
 def main() -> int:
     try:
         settings = CheckerSettings.from_env()
-    except ConfigurationError as err:
+        return run(settings)
+    except ConfigurationError as err:  # invalid, or refused by the broker once running
         print(f"checker: {err}", file=sys.stderr)
         return 2
-    return run(settings)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
-from outbox.errors import OutboxError
+from outbox.errors import ConfigurationError, OutboxError
 from outbox.service_health import Health
 
 log = logging.getLogger("checker")
@@ -91,6 +91,8 @@ class Checker:
                     closed=self._closed,
                     clock=self.clock,
                 ).run()
+            except ConfigurationError:
+                raise  # a setting no new session would pass (outbox.refused_settings)
             except (Restart, RoundFailed, KafkaException, OutboxError) as err:
                 self.health.set_ready(False, f"restarting after: {err}")
                 log.error("checker session ended (%s); starting a new one", err)

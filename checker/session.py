@@ -30,7 +30,7 @@ from checker.end_offsets import end_offsets
 from checker.instances import LiveInstances
 from checker.plan import CheckerStats, RoundPlan
 from checker.rounds import CheckRound
-from checker.settings import CheckerSettings
+from checker.settings import ENV_PREFIX, CheckerSettings
 from checker.tracing import written
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
@@ -42,6 +42,7 @@ from outbox.kafka_logging import log_to_python
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
+from outbox.refused_settings import RefusedSettings
 from outbox.service_health import Health
 from outbox.watermarks import Watermarks
 
@@ -98,29 +99,29 @@ class Session:
             refusals,
             progress=health.touch,
         )
-        self.consumer = Consumer(
-            log_to_python(
-                {
-                    # A member whose session ended without leaving the group (its broker away,
-                    # its process killed) holds its partitions, unchecked, until the group drops
-                    # it: 10 s (the relay's too), not librdkafka's 45 s. Heartbeats come from
-                    # librdkafka's own thread, so a long round misses none; a stalled loop is
-                    # max.poll.interval.ms's to find. The kafka settings may set either.
-                    "session.timeout.ms": 10000,
-                    "heartbeat.interval.ms": 1000,
-                    **config,
-                    "group.id": settings.group_id,
-                    "partition.assignment.strategy": "range",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    # A read position below the log start is never jumped over silently:
-                    # the session starts over (_route), and the next one knows where the gap
-                    # was (_on_assign, Tracker.reading_from).
-                    "auto.offset.reset": "error",
-                    "enable.partition.eof": True,
-                }
-            )
+        consumer_config = log_to_python(
+            {
+                # A member whose session ended without leaving the group (its broker away,
+                # its process killed) holds its partitions, unchecked, until the group drops
+                # it: 10 s (the relay's too), not librdkafka's 45 s. Heartbeats come from
+                # librdkafka's own thread, so a long round misses none; a stalled loop is
+                # max.poll.interval.ms's to find. The kafka settings may set either.
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 1000,
+                **config,
+                "group.id": settings.group_id,
+                "partition.assignment.strategy": "range",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                # A read position below the log start is never jumped over silently:
+                # the session starts over (_route), and the next one knows where the gap
+                # was (_on_assign, Tracker.reading_from).
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+            }
         )
+        self.consumer = Consumer(consumer_config)
+        self.refused = RefusedSettings(consumer_config, ENV_PREFIX)
         self.instances = LiveInstances(
             config, self.names.registry, settings.registry_ttl_s, clock=clock
         )
@@ -252,6 +253,10 @@ class Session:
                     "retention removed records before this checker read them, or the log was "
                     "cut back; the next session starts from the committed positions"
                 )
+            else:
+                refusal = self.refused.error_for(error)
+                if refusal is not None:
+                    raise refusal  # a setting the broker refuses: no new session would pass it
             return
         if topic == self.names.op:
             self._op(msg, partition)

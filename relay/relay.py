@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
-from outbox.errors import OutboxError
+from outbox.errors import ConfigurationError, OutboxError
 from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
 from relay.accounting import Accounting
@@ -130,6 +130,8 @@ class Relay:
         )
         try:
             session.run()
+        except ConfigurationError:
+            raise  # a setting no new session would pass (outbox.refused_settings)
         except (Restart, KafkaException, OutboxError) as err:
             self.health.set_ready(False, f"restarting after: {err}")
             # as text: a log record a handler keeps must not keep the traceback (and with it

@@ -14,6 +14,7 @@ from outbox.errors import ProtocolError
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.topics import TopicNames
+from outbox.refused_settings import RefusedSettings
 from relay.actions import BadRecord
 from relay.partitions import Partitions
 from relay.restart import Restart
@@ -24,9 +25,17 @@ log = logging.getLogger("relay")
 class Router:
     """Hands each record the session's consumer reads to its partition's state."""
 
-    def __init__(self, consumer: Consumer, names: TopicNames, partitions: Partitions) -> None:
+    def __init__(
+        self,
+        consumer: Consumer,
+        names: TopicNames,
+        partitions: Partitions,
+        refused: RefusedSettings | None = None,
+    ) -> None:
+        """``refused``: which consumer errors end the relay (a setting the broker refuses)."""
         self.consumer = consumer
         self.partitions = partitions
+        self.refused = refused
         self._half = names.half  # once: compared for every record
 
     def route(self, msg: Message) -> None:
@@ -34,6 +43,8 @@ class Router:
 
         Raises:
             Restart: a read position is out of range (see :meth:`out_of_range`).
+            ConfigurationError: the broker refuses a setting of the consumer
+                (:mod:`outbox.refused_settings`); no retry would pass it.
         """
         error = msg.error()
         if error is not None:
@@ -43,6 +54,9 @@ class Router:
             if error.code() == KafkaError._PARTITION_EOF:
                 self.reached_end(msg)
             else:
+                refusal = None if self.refused is None else self.refused.error_for(error)
+                if refusal is not None:
+                    raise refusal
                 log.warning("consumer error: %s", error.str())
             return
         partition = msg.partition()

@@ -21,6 +21,7 @@ from outbox.closing import close_each
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
 from outbox.reading import consume_ready
+from outbox.refused_settings import RefusedSettings
 from outbox.service_health import Health
 from outbox.watermarks import Watermarks
 from relay.accounting import Accounting
@@ -35,7 +36,7 @@ from relay.rebuild import OpHistory, Rebuilder
 from relay.refusals import Refusals
 from relay.restart import Restart
 from relay.routing import Router
-from relay.settings import RelaySettings
+from relay.settings import ENV_PREFIX, RelaySettings
 from relay.topic_cache import TopicCache
 from relay.writer import Writer
 
@@ -109,7 +110,8 @@ class Session:
         try:
             producer.init_transactions(settings.transaction_timeout_s * 3)
             self.health.touch()
-            consumer = Consumer(log_to_python(consumer_config(settings)))
+            config = consumer_config(settings)
+            consumer = Consumer(log_to_python(config))
             consumer.subscribe(
                 [self.names.half, self.names.op],
                 on_assign=rebalance.on_assign,
@@ -133,7 +135,9 @@ class Session:
                 commit_seconds=self.commit_seconds,
                 clock=self.clock,
             )
-            self._loop(consumer, rebalance, Router(consumer, self.names, self.partitions), batches)
+            refused = RefusedSettings(config, ENV_PREFIX)
+            router = Router(consumer, self.names, self.partitions, refused)
+            self._loop(consumer, rebalance, router, batches)
         finally:
             rebalance.close()
             self.flow_control.clear()
