@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pickle
 import signal
@@ -42,6 +43,7 @@ from outbox import (
 )
 from outbox.checks.routing import OmittedValues
 from outbox.forking import PerProcess, check_name_lookups
+from outbox.kafka_logging import LOGGER_NAME as LIBRDKAFKA_LOGGER
 from outbox.protocol.check import CHECK_PATH, CheckedTransaction
 from outbox.protocol.states import CheckBy, DecidedBy
 from tests.checker.test_checker import SECRET, checker_and_relay
@@ -112,13 +114,18 @@ def _fork_each(
                 if own_group:
                     os.setpgid(0, 0)
                 os.close(read_end)
+                librdkafka = _lines_of(LIBRDKAFKA_LOGGER)
                 try:
                     if check:
                         check_name_lookups()  # once it answered, work(i) will not meet it
                     result: object = work(i)
                 except BaseException as err:
                     stuck = check and isinstance(err, ForkedDuringNameLookupError)
-                    result = STUCK_LOOKUPS if stuck else f"{type(err).__name__}: {err}"
+                    result = (
+                        STUCK_LOOKUPS
+                        if stuck
+                        else f"{type(err).__name__}: {err}{_worker_log(librdkafka)}"
+                    )
                 with os.fdopen(write_end, "wb") as out:
                     out.write(pickle.dumps(result))
             finally:  # whatever happened, never back into the test session
@@ -146,6 +153,32 @@ def _fork_each(
         else:
             reported[i] = pickle.loads(report)
     return reported
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.created:.3f} {record.getMessage()}")
+
+
+def _lines_of(logger: str) -> list[str]:
+    """What ``logger`` logs from now on in this process (INFO and up), formatted."""
+    handler = _Lines()
+    logging.getLogger(logger).addHandler(handler)
+    logging.getLogger(logger).setLevel(logging.INFO)
+    return handler.lines
+
+
+def _worker_log(lines: list[str]) -> str:
+    """A failed worker's librdkafka lines, to tell why its clients failed (an error a worker
+    met once in CI, "Failed to get metadata: Local: Broker transport failure" after its whole
+    timeout, was never seen again locally); empty if it logged none."""
+    if not lines:
+        return ""
+    return "\nthe worker's librdkafka log (last 40 lines):\n" + "\n".join(lines[-40:])
 
 
 # --- PerProcess, without services
