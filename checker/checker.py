@@ -24,12 +24,13 @@ from checker.breaker import Breaker
 from checker.client import CheckClient
 from checker.plan import CheckerStats
 from checker.session import Restart, Session
-from checker.settings import CheckerSettings
+from checker.settings import ENV_PREFIX, CheckerSettings
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
 from outbox.errors import ConfigurationError, OutboxError
+from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
 
 log = logging.getLogger("checker")
@@ -80,23 +81,30 @@ class Checker:
             self.sessions += 1
             self.tracker = self.new_tracker()
             try:
-                Session(
-                    self.settings,
-                    self.tracker,
-                    client=self.client,
-                    refusals=self.refusals,
-                    breakers=self.breakers,
-                    stats=self.stats,
-                    health=self.health,
-                    closed=self._closed,
-                    clock=self.clock,
-                ).run()
-            except ConfigurationError:
-                raise  # a setting no new session would pass (outbox.refused_settings)
+                self._new_session().run()  # held by nothing here: its clients go when it ends
+            except ConfigurationError as err:  # no new session passes it (outbox.refused_settings)
+                self.health.set_ready(False, str(err))
+                raise ConfigurationError(str(err)) from None  # not its traceback: the clients
             except (Restart, RoundFailed, KafkaException, OutboxError) as err:
                 self.health.set_ready(False, f"restarting after: {err}")
                 log.error("checker session ended (%s); starting a new one", err)
                 self._closed.wait(1.0)
+
+    def _new_session(self) -> Session:
+        """A session's clients are made anew each time: settings librdkafka refuses to make
+        them of are refused for good (:mod:`outbox.refused_settings`)."""
+        with refusing_client_settings(ENV_PREFIX):
+            return Session(
+                self.settings,
+                self.tracker,
+                client=self.client,
+                refusals=self.refusals,
+                breakers=self.breakers,
+                stats=self.stats,
+                health=self.health,
+                closed=self._closed,
+                clock=self.clock,
+            )
 
     @property
     def closed(self) -> threading.Event:

@@ -1,6 +1,14 @@
-"""A consumer setting the broker refuses, told from the consumer's errors, so that a service
-ends with the setting named instead of waiting for ever.
+"""Kafka settings refused for good, told from librdkafka's errors, so that a relay or checker
+ends with the setting named instead of starting over for ever.
 
+**Refused by librdkafka.** A client is made anew for each of a service's sessions, and librdkafka
+refuses to make one of settings it rejects (an unknown key, a value that does not parse, a
+``session.timeout.ms`` above ``max.poll.interval.ms``): a ``KafkaException`` with
+``_INVALID_ARG``, which the service took for a failed session and started over from, every
+second, for ever. :func:`refusing_client_settings` turns it into a
+:class:`~outbox.errors.ConfigurationError` where the clients are made.
+
+**Refused by the brokers.**
 A relay or checker is a member of a consumer group. The group's coordinator refuses to let a
 member join whose ``session.timeout.ms`` lies outside the broker's
 ``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms`` (6 s .. 30 min by default):
@@ -8,22 +16,48 @@ such a member holds no partition, so nothing is promoted or checked. librdkafka 
 consumer error and asks again every few seconds, for ever. Measured with 3 s against a default
 broker: over 40 s the relay logged "consumer error: JoinGroup failed: Broker: Invalid session
 timeout" every 2 s and the checker nothing at all, each still running, neither ever joining. No
-retry passes it, only another setting, so the service raises
-:class:`~outbox.errors.ConfigurationError` (its ``python -m`` and ``kafka-outbox`` commands exit 2,
-as for any invalid setting).
+new session passes it, only another setting (or, while the brokers' range is being changed in a
+rolling restart, a restart once they agree), so the service raises
+:class:`~outbox.errors.ConfigurationError` from :meth:`RefusedSettings.error_for`.
+
+Either way its ``python -m`` and ``kafka-outbox`` commands exit 2, as for any invalid setting.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, KafkaException
 
 from outbox.errors import ConfigurationError
 
-#: librdkafka's default, which a service's consumer keeps unless it or its settings set one.
+#: librdkafka's default, named if a consumer's settings set none (the services' set 10 s).
 LIBRDKAFKA_SESSION_TIMEOUT_MS = 45000
+
+
+def where_set(env_prefix: str, key: str) -> str:
+    """Where a service's librdkafka setting ``key`` is set, for a message that names the fix."""
+    variable = f"{env_prefix}KAFKA__{key.replace('.', '_').upper()}"
+    return f"{variable} (or {key} in the config file's kafka table, or in the settings' kafka)"
+
+
+@contextmanager
+def refusing_client_settings(env_prefix: str) -> Iterator[None]:
+    """Inside, librdkafka refusing to make a client of the settings given raises
+    :class:`~outbox.errors.ConfigurationError` naming what it refused; other errors pass."""
+    try:
+        yield
+    except KafkaException as err:
+        error = err.args[0] if err.args else None
+        if not isinstance(error, KafkaError) or error.code() != KafkaError._INVALID_ARG:
+            raise
+        raise ConfigurationError(
+            f"librdkafka refuses the kafka settings: {error.str()}. Fix or remove the key it "
+            f"names: {env_prefix}KAFKA__<KEY> ('_' for '.'), the config file's kafka table, or "
+            "the settings' kafka"
+        ) from None
 
 
 class RefusedSettings:
@@ -42,10 +76,10 @@ class RefusedSettings:
         if error.code() != KafkaError.INVALID_SESSION_TIMEOUT:
             return None
         return ConfigurationError(
-            f"the broker refuses this consumer's session.timeout.ms ({self.session_timeout_ms} "
+            f"the brokers refuse this consumer's session.timeout.ms ({self.session_timeout_ms} "
             f"ms): {error.str()}. It must lie within the brokers' group.min.session.timeout.ms "
-            f"and group.max.session.timeout.ms (6000 and 1800000 ms unless changed there): set "
-            f"{self.env_prefix}KAFKA__SESSION_TIMEOUT_MS (the kafka setting session.timeout.ms) "
-            "within them, or change the brokers' range; the group never lets this member join, "
-            "so nothing would be read"
+            "and group.max.session.timeout.ms (6000 and 1800000 ms unless changed there), and "
+            "not above the consumer's max.poll.interval.ms (300000 ms unless set): set "
+            f"{where_set(self.env_prefix, 'session.timeout.ms')} within them, or change the "
+            "brokers' range; the group never lets this member join, so nothing would be read"
         )

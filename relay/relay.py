@@ -25,6 +25,7 @@ from confluent_kafka import KafkaException
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
 from outbox.errors import ConfigurationError, OutboxError
+from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
 from relay.accounting import Accounting
@@ -36,7 +37,7 @@ from relay.partitions import Partitions
 from relay.refusals import Refusals
 from relay.restart import Restart
 from relay.session import Session
-from relay.settings import RelaySettings
+from relay.settings import ENV_PREFIX, RelaySettings
 from relay.state import PartitionState
 from relay.topic_cache import TopicCache
 from relay.writer import Writer
@@ -107,13 +108,14 @@ class Relay:
         """
         self.sessions += 1
         if self._topics is None:
-            self._topics = TopicCache(
-                admin_config(self.settings),
-                refresh_s=self.settings.topic_refresh_s,
-                auto_create=self.settings.auto_create_topics,
-                auto_create_partitions=self.settings.auto_create_partitions,
-                touch=self.health.touch,
-            )
+            with refusing_client_settings(ENV_PREFIX):  # its admin client: the first made
+                self._topics = TopicCache(
+                    admin_config(self.settings),
+                    refresh_s=self.settings.topic_refresh_s,
+                    auto_create=self.settings.auto_create_topics,
+                    auto_create_partitions=self.settings.auto_create_partitions,
+                    touch=self.health.touch,
+                )
         session = Session(
             self.settings,
             self.partitions,
@@ -130,8 +132,11 @@ class Relay:
         )
         try:
             session.run()
-        except ConfigurationError:
-            raise  # a setting no new session would pass (outbox.refused_settings)
+        except (
+            ConfigurationError
+        ) as err:  # a setting no new session passes (outbox.refused_settings)
+            self.health.set_ready(False, str(err))
+            raise ConfigurationError(str(err)) from None  # not its traceback: the clients
         except (Restart, KafkaException, OutboxError) as err:
             self.health.set_ready(False, f"restarting after: {err}")
             # as text: a log record a handler keeps must not keep the traceback (and with it

@@ -30,7 +30,7 @@ class Router:
         consumer: Consumer,
         names: TopicNames,
         partitions: Partitions,
-        refused: RefusedSettings | None = None,
+        refused: RefusedSettings,
     ) -> None:
         """``refused``: which consumer errors end the relay (a setting the broker refuses)."""
         self.consumer = consumer
@@ -54,7 +54,7 @@ class Router:
             if error.code() == KafkaError._PARTITION_EOF:
                 self.reached_end(msg)
             else:
-                refusal = None if self.refused is None else self.refused.error_for(error)
+                refusal = self.refused.error_for(error)
                 if refusal is not None:
                     raise refusal
                 log.warning("consumer error: %s", error.str())

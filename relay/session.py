@@ -21,7 +21,7 @@ from outbox.closing import close_each
 from outbox.fetch import HalfFetcher
 from outbox.kafka_logging import log_to_python
 from outbox.reading import consume_ready
-from outbox.refused_settings import RefusedSettings
+from outbox.refused_settings import RefusedSettings, refusing_client_settings
 from outbox.service_health import Health
 from outbox.watermarks import Watermarks
 from relay.accounting import Accounting
@@ -90,10 +90,11 @@ class Session:
         settings = self.settings
         self.health.touch()
         config = base_config(settings)
-        producer = Producer(log_to_python(producer_config(settings)))
-        history = OpHistory(config, self.names.op)
-        fetcher = HalfFetcher(config, self.names.half)
-        watermarks = Watermarks(config)
+        with refusing_client_settings(ENV_PREFIX):  # made anew each session: refused for good
+            producer = Producer(log_to_python(producer_config(settings)))
+            history = OpHistory(config, self.names.op)
+            fetcher = HalfFetcher(config, self.names.half)
+            watermarks = Watermarks(config)
         topics = self.topics
         rebuilder = Rebuilder(
             history, settings, self.health.touch, config=config, watermarks=watermarks
@@ -111,7 +112,8 @@ class Session:
             producer.init_transactions(settings.transaction_timeout_s * 3)
             self.health.touch()
             config = consumer_config(settings)
-            consumer = Consumer(log_to_python(config))
+            with refusing_client_settings(ENV_PREFIX):
+                consumer = Consumer(log_to_python(config))
             consumer.subscribe(
                 [self.names.half, self.names.op],
                 on_assign=rebalance.on_assign,
