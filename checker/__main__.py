@@ -1,10 +1,10 @@
 """``python -m checker``: run one checker instance with settings from ``OUTBOX_CHECKER_*``.
 
-SIGTERM and SIGINT stop it (exit 0); exit 2 means the settings are invalid, or the broker refuses
-one (:mod:`outbox.refused_settings`); exit 3 means the loop was stuck for ``stuck_exit_s`` (a Kafka
-client call that never returned) and the process gave up so that its supervisor starts a fresh
-one (:mod:`outbox.watchdog`). SIGUSR1 writes every thread's
-stack to stderr (it goes on running).
+SIGTERM and SIGINT stop it (exit 0); exit 2 means the settings are invalid, or librdkafka or the
+brokers refuse one (:mod:`outbox.refused_settings`); exit 3 means the loop was stuck for
+``stuck_exit_s`` (a Kafka client call that never returned) and the process gave up so that its
+supervisor starts a fresh one (:mod:`outbox.watchdog`). SIGUSR1 writes every thread's stack to
+stderr (it goes on running).
 """
 
 from __future__ import annotations

@@ -80,15 +80,18 @@ class Checker:
             self.health.touch()  # a session starting is the loop turning
             self.sessions += 1
             self.tracker = self.new_tracker()
+            refused: str | None = None  # a setting no new session passes
             try:
-                self._new_session().run()  # held by nothing here: its clients go when it ends
-            except ConfigurationError as err:  # no new session passes it (outbox.refused_settings)
-                self.health.set_ready(False, str(err))
-                raise ConfigurationError(str(err)) from None  # not its traceback: the clients
+                self._new_session().run()
+            except ConfigurationError as err:
+                refused = str(err)
             except (Restart, RoundFailed, KafkaException, OutboxError) as err:
                 self.health.set_ready(False, f"restarting after: {err}")
                 log.error("checker session ended (%s); starting a new one", err)
                 self._closed.wait(1.0)
+            if refused is not None:  # raised here, as text: nothing keeps the session's clients
+                self.health.set_ready(False, refused)
+                raise ConfigurationError(refused)
 
     def _new_session(self) -> Session:
         """A session's clients are made anew each time: settings librdkafka refuses to make

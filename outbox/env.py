@@ -41,6 +41,13 @@ SECTIONS = ("producer", "relay", "checker", "audit")
 KAFKA_FIELD = "kafka"
 
 
+def kafka_variable(prefix: str, key: str) -> str:
+    """The variable that sets librdkafka's ``key`` for settings read with ``prefix``:
+    ``kafka_variable("OUTBOX_RELAY_", "session.timeout.ms")`` is
+    ``OUTBOX_RELAY_KAFKA__SESSION_TIMEOUT_MS`` (the reverse of how :func:`from_env` reads it)."""
+    return f"{prefix}KAFKA__{key.replace('.', '_').upper()}"
+
+
 def section_for(prefix: str) -> str:
     """The file section of an env prefix: ``OUTBOX_`` -> producer, ``OUTBOX_RELAY_`` -> relay."""
     return prefix.removeprefix("OUTBOX_").rstrip("_").lower() or "producer"

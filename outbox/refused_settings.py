@@ -1,63 +1,83 @@
 """Kafka settings refused for good, told from librdkafka's errors, so that a relay or checker
-ends with the setting named instead of starting over for ever.
+ends with the setting named instead of trying again for ever.
 
-**Refused by librdkafka.** A client is made anew for each of a service's sessions, and librdkafka
-refuses to make one of settings it rejects (an unknown key, a value that does not parse, a
-``session.timeout.ms`` above ``max.poll.interval.ms``): a ``KafkaException`` with
-``_INVALID_ARG``, which the service took for a failed session and started over from, every
-second, for ever. :func:`refusing_client_settings` turns it into a
-:class:`~outbox.errors.ConfigurationError` where the clients are made.
+**Refused by librdkafka.** librdkafka refuses to make a client of settings it rejects (an unknown
+key, a value that does not parse, a ``session.timeout.ms`` above ``max.poll.interval.ms``): a
+``KafkaException`` with ``_INVALID_ARG``. A service makes most of its clients anew for each
+session, and took that for a failed session: it started a new one every second, for ever (the
+relay's admin client, made once, crashed it with a traceback instead).
+:func:`refusing_client_settings` turns it into a :class:`~outbox.errors.ConfigurationError`
+where the clients are made. Not a refusal of an ``ssl.`` or ``sasl.`` setting: librdkafka reads
+the files those name (certificates, keys) as it makes the client, and a file being rotated may
+be readable at the next try.
 
-**Refused by the brokers.**
-A relay or checker is a member of a consumer group. The group's coordinator refuses to let a
-member join whose ``session.timeout.ms`` lies outside the broker's
-``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms`` (6 s .. 30 min by default):
-such a member holds no partition, so nothing is promoted or checked. librdkafka reports it as a
-consumer error and asks again every few seconds, for ever. Measured with 3 s against a default
-broker: over 40 s the relay logged "consumer error: JoinGroup failed: Broker: Invalid session
-timeout" every 2 s and the checker nothing at all, each still running, neither ever joining. No
-new session passes it, only another setting (or, while the brokers' range is being changed in a
-rolling restart, a restart once they agree), so the service raises
-:class:`~outbox.errors.ConfigurationError` from :meth:`RefusedSettings.error_for`.
+**Refused by the brokers.** A relay or checker is a member of a consumer group. The group's
+coordinator refuses to let a member join whose ``session.timeout.ms`` lies outside the brokers'
+``group.min.session.timeout.ms`` .. ``group.max.session.timeout.ms`` (6 s .. 30 min by
+default): such a member holds no partition, so nothing is promoted or checked. librdkafka
+reports it as a consumer error and asks again every few seconds, for ever. Measured with 3 s
+against a default broker: over 40 s the relay logged "consumer error: JoinGroup failed: Broker:
+Invalid session timeout" every 2 s and the checker nothing at all, each still running, neither
+ever joining. No new session passes it, only another setting (or, while the brokers' range is
+being changed in a rolling restart, a restart once they agree), so
+:meth:`RefusedSettings.error_for` turns it into a :class:`~outbox.errors.ConfigurationError`.
 
-Either way its ``python -m`` and ``kafka-outbox`` commands exit 2, as for any invalid setting.
+Either way the service's ``python -m`` and ``kafka-outbox`` commands exit 2, as for any invalid
+setting.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
+from outbox.env import kafka_variable
 from outbox.errors import ConfigurationError
 
 #: librdkafka's default, named if a consumer's settings set none (the services' set 10 s).
 LIBRDKAFKA_SESSION_TIMEOUT_MS = 45000
 
+#: How librdkafka names the property it refuses: ``No such configuration property: "foo.bar"``,
+#: ``Invalid value for configuration property "session.timeout.ms"``.
+_PROPERTY = re.compile(r'property:? "([^"]+)"')
+
 
 def where_set(env_prefix: str, key: str) -> str:
     """Where a service's librdkafka setting ``key`` is set, for a message that names the fix."""
-    variable = f"{env_prefix}KAFKA__{key.replace('.', '_').upper()}"
-    return f"{variable} (or {key} in the config file's kafka table, or in the settings' kafka)"
+    return (
+        f"{kafka_variable(env_prefix, key)} (or {key} in the config file's or the settings' kafka)"
+    )
 
 
 @contextmanager
 def refusing_client_settings(env_prefix: str) -> Iterator[None]:
     """Inside, librdkafka refusing to make a client of the settings given raises
-    :class:`~outbox.errors.ConfigurationError` naming what it refused; other errors pass."""
+    :class:`~outbox.errors.ConfigurationError` naming what it refused; other errors pass.
+
+    Its context is librdkafka's error, and that error's traceback holds what the block made
+    before it: a service raises its own again as text (``Relay``, ``Checker``).
+    """
     try:
         yield
     except KafkaException as err:
         error = err.args[0] if err.args else None
         if not isinstance(error, KafkaError) or error.code() != KafkaError._INVALID_ARG:
             raise
-        raise ConfigurationError(
-            f"librdkafka refuses the kafka settings: {error.str()}. Fix or remove the key it "
-            f"names: {env_prefix}KAFKA__<KEY> ('_' for '.'), the config file's kafka table, or "
-            "the settings' kafka"
-        ) from None
+        text = error.str()
+        if "ssl" in text.lower() or "sasl" in text.lower():
+            raise  # a file it names (a certificate, a key) may be readable at the next try
+        named = _PROPERTY.search(text)
+        fix = (
+            f"fix or remove {where_set(env_prefix, named.group(1))}"
+            if named
+            else f"fix the settings it names ({env_prefix}KAFKA__<KEY>, '_' for '.', or the "
+            "config file's or the settings' kafka)"
+        )
+        raise ConfigurationError(f"librdkafka refuses the kafka settings: {text}; {fix}") from None
 
 
 class RefusedSettings:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from outbox.env import from_env
+from outbox.env import from_env, kafka_variable
 from outbox.errors import ConfigurationError
 from outbox.protocol.headers import HALF_SCHEMA_VERSION, HALF_SCHEMA_VERSIONS
 from outbox.protocol.op import (
@@ -215,12 +215,11 @@ class OutboxSettings:
         for key, allowed in wanted.items():
             value = self.kafka.get(key)
             if value is not None and str(value).strip().lower() not in allowed:
-                name = key.upper().replace(".", "_")
                 raise ConfigurationError(
                     f"kafka[{key!r}]={value!r} would let the broker lose an acknowledged half "
                     f"record, and with it a committed transaction's message; the outbox sets "
-                    f"{key}={allowed[0]} itself: remove {ENV_PREFIX}KAFKA__{name} (or the key "
-                    "from OutboxSettings.kafka)"
+                    f"{key}={allowed[0]} itself: remove {kafka_variable(ENV_PREFIX, key)} (or "
+                    "the key from OutboxSettings.kafka)"
                 )
 
     def _check_endpoint(self) -> None:

@@ -1,11 +1,11 @@
 """``python -m relay``: run one relay instance with settings from ``OUTBOX_RELAY_*``.
 
 SIGTERM and SIGINT finish the open Kafka transaction (within ``shutdown_grace_s``) and exit 0;
-exit 2 means the settings are invalid, or the broker refuses one (:mod:`outbox.refused_settings`);
-exit 3 means the loop was stuck for ``stuck_exit_s`` (a Kafka client call that never returned)
-and the process gave up so that its supervisor starts a fresh one - the broker aborts the open
-Kafka transaction and the next process redoes it. SIGUSR1 writes every thread's stack to stderr
-(for a relay that looks stuck; it goes on running).
+exit 2 means the settings are invalid, or librdkafka or the brokers refuse one
+(:mod:`outbox.refused_settings`); exit 3 means the loop was stuck for ``stuck_exit_s`` (a Kafka
+client call that never returned) and the process gave up so that its supervisor starts a fresh
+one - the broker aborts the open Kafka transaction and the next process redoes it. SIGUSR1
+writes every thread's stack to stderr (for a relay that looks stuck; it goes on running).
 """
 
 from __future__ import annotations

@@ -107,42 +107,42 @@ class Relay:
         The failure is let go of before the pause: its traceback holds the session's clients.
         """
         self.sessions += 1
-        if self._topics is None:
-            with refusing_client_settings(ENV_PREFIX):  # its admin client: the first made
-                self._topics = TopicCache(
-                    admin_config(self.settings),
-                    refresh_s=self.settings.topic_refresh_s,
-                    auto_create=self.settings.auto_create_topics,
-                    auto_create_partitions=self.settings.auto_create_partitions,
-                    touch=self.health.touch,
-                )
-        session = Session(
-            self.settings,
-            self.partitions,
-            closed=self._closed,
-            writer=self.writer,
-            refusals=self.refusals,
-            ends=self.ends,
-            flow_control=self.flow_control,
-            accounting=self.accounting,
-            health=self.health,
-            commit_seconds=self.metrics.commit_seconds,
-            clock=self.clock,
-            topics=self._topics,
-        )
+        refused: str | None = None  # a setting no new session passes (outbox.refused_settings)
         try:
-            session.run()
-        except (
-            ConfigurationError
-        ) as err:  # a setting no new session passes (outbox.refused_settings)
-            self.health.set_ready(False, str(err))
-            raise ConfigurationError(str(err)) from None  # not its traceback: the clients
+            if self._topics is None:
+                with refusing_client_settings(ENV_PREFIX):  # its admin client: the first made
+                    self._topics = TopicCache(
+                        admin_config(self.settings),
+                        refresh_s=self.settings.topic_refresh_s,
+                        auto_create=self.settings.auto_create_topics,
+                        auto_create_partitions=self.settings.auto_create_partitions,
+                        touch=self.health.touch,
+                    )
+            Session(
+                self.settings,
+                self.partitions,
+                closed=self._closed,
+                writer=self.writer,
+                refusals=self.refusals,
+                ends=self.ends,
+                flow_control=self.flow_control,
+                accounting=self.accounting,
+                health=self.health,
+                commit_seconds=self.metrics.commit_seconds,
+                clock=self.clock,
+                topics=self._topics,
+            ).run()
+        except ConfigurationError as err:
+            refused = str(err)
         except (Restart, KafkaException, OutboxError) as err:
             self.health.set_ready(False, f"restarting after: {err}")
             # as text: a log record a handler keeps must not keep the traceback (and with it
             # the session's clients) alive
             log.error("relay session ended (%s); starting a new one", str(err))
             return False
+        if refused is not None:  # raised here, as text: nothing keeps the session's clients
+            self.health.set_ready(False, refused)
+            raise ConfigurationError(refused)
         return True
 
     def close(self) -> None:

@@ -19,7 +19,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
-    AdminClient,
     ResourcePatternType,
     ResourceType,
 )
@@ -27,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 from outbox.testing.kafka_process import KafkaProcess
 from outbox.testing.ports import free_port
 from outbox.testing.settings import HarnessSettings
+from tests.kafka_helpers import admin_client
 
 #: The SASL users and their passwords.
 USERS = {
@@ -43,7 +43,7 @@ class AclKafka:
     def __init__(self, process: KafkaProcess, sasl_port: int) -> None:
         self.plain = process.bootstrap
         self.sasl = f"127.0.0.1:{sasl_port}"
-        self.admin = AdminClient({"bootstrap.servers": self.plain})
+        self.admin = admin_client(self.plain)
 
     def allow(self, user: str, kind: ResourceType, name: str, *operations: AclOperation) -> None:
         """Grant ``user`` the ``operations`` on ``name`` (a prefix when it ends with ``-``,

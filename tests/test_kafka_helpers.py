@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
-from tests.kafka_helpers import create_topic, set_topic_config, unique
+from tests.kafka_helpers import admin_client, create_topic, set_topic_config, unique
 
 pytestmark = pytest.mark.integration
 
@@ -19,7 +19,7 @@ def test_a_topic_setting_is_in_force_when_set_topic_config_returns(kafka_bootstr
     sent at once read the old value for 1 of 150 fresh topics on a quiet machine (4 of 200 under
     load), and a CI run's half send met the old limit (``DID NOT RAISE HalfSendError``). One
     broker here: with several, the helper's wait covers the broker it asks, not each leader."""
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = admin_client(kafka_bootstrap)
     producer = Producer({"bootstrap.servers": kafka_bootstrap})
     refusals: list[KafkaError | None] = []
 

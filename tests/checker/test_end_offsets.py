@@ -17,7 +17,7 @@ from confluent_kafka.admin import AdminClient
 from checker.end_offsets import end_offsets
 from outbox.kafka_logging import log_to_python
 from outbox.watermarks import Watermarks
-from tests.kafka_helpers import add_partitions, create_topic, open_transaction, unique
+from tests.kafka_helpers import add_partitions, admin_client, create_topic, open_transaction, unique
 
 pytestmark = pytest.mark.integration
 
@@ -54,7 +54,7 @@ def gone() -> AdminClient:
 def test_end_offsets_come_from_the_admin_client(
     kafka_bootstrap: str, topic: str, watermarks: Watermarks
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = admin_client(kafka_bootstrap)
     assert end_offsets(admin, watermarks, topic, {0, 1}, timeout=10) == {0: 3, 1: 0}
 
 
@@ -75,7 +75,7 @@ def test_the_end_lies_past_a_transaction_still_open(
         producer = Producer({"bootstrap.servers": kafka_bootstrap})
         producer.produce(topic, b"x", partition=1)
         assert producer.flush(30) == 0
-        admin = AdminClient({"bootstrap.servers": kafka_bootstrap}) if admin_answers else gone
+        admin = admin_client(kafka_bootstrap) if admin_answers else gone
         # Then the end is past both, not the open transaction's first offset
         assert end_offsets(admin, watermarks, topic, {0, 1}, timeout=3) == {0: 3, 1: 2}
     finally:

@@ -19,7 +19,6 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
 from sqlalchemy.orm import sessionmaker
 
 from checker import Checker
@@ -29,7 +28,7 @@ from outbox.message import MessageView
 from outbox.protocol import DecidedBy, HalfRecord, OpRecord, OpState, encode_op
 from relay import Relay, RelaySettings
 from tests.checker.test_checker import SECRET, Background, checker_settings, wait_for
-from tests.kafka_helpers import unique
+from tests.kafka_helpers import admin_client, unique
 from tests.outbox_cli.records import Writer
 from tests.producer_fixtures import Topics, order_ids, orders
 from tests.relay.test_relay import read_topic
@@ -58,7 +57,7 @@ def committed_half(bootstrap: str, group: str, topic: str, partition: int) -> in
 
 def delete_below(bootstrap: str, topic: str, partition: int, offset: int) -> int:
     """What retention does: the partition's log start moves to ``offset``."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     [future] = admin.delete_records([TopicPartition(topic, partition, offset)]).values()
     return int(future.result(30).low_watermark)
 

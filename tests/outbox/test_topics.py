@@ -10,13 +10,13 @@ import time
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 from sqlalchemy.orm import sessionmaker
 
 from outbox import OutboxProducer, OutboxSettings, TopicMismatchError, ensure_topics
 from outbox.errors import KafkaOperationError
 from outbox.protocol import TopicNames
-from tests.kafka_helpers import create_topic, set_topic_config, unique, watermarks
+from tests.kafka_helpers import admin_client, create_topic, set_topic_config, unique, watermarks
 from tests.outbox.forms import refused_in_every_other_form
 from tests.producer_fixtures import order_ids, place_order, settings_on_a_fresh_prefix
 
@@ -36,7 +36,7 @@ def settings_for(bootstrap: str, prefix: str, **overrides: int) -> OutboxSetting
 
 
 def configs(bootstrap: str, topic: str) -> dict[str, str]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     found = admin.describe_configs([resource])[resource].result(30)
     return {key: entry.value for key, entry in found.items()}
@@ -167,7 +167,7 @@ def test_a_producer_on_internal_topics_never_ensured_refuses_before_sending_or_c
     settings = settings_on_a_fresh_prefix(kafka_bootstrap)
     names = settings.topics
     real = unique("never-ensured-orders")
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = admin_client(kafka_bootstrap)
     attempted: list[str] = []
 
     def order(producer: OutboxProducer) -> None:

@@ -17,13 +17,13 @@ from typing import Any
 
 import sqlalchemy as sa
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import NewTopic
 from sqlalchemy.orm import sessionmaker
 
 from outbox import OutboxProducer, OutboxSettings, ensure_topics
 from tests.checker.audit.seeded import fresh_database
 from tests.checker.test_checker import SECRET
-from tests.kafka_helpers import read_partition, unique
+from tests.kafka_helpers import admin_client, read_partition, unique
 from tests.producer_fixtures import orders, orders_metadata
 from tests.relay.test_relay import read_topic
 
@@ -38,7 +38,7 @@ PARTITIONS = 3
 
 def create_replicated_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
     """A topic at the cluster's default replication factor (3) and min ISR (2)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = admin_client(bootstrap)
     admin.create_topics([NewTopic(name, partitions, replication_factor=-1)])[name].result(30)
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+from confluent_kafka.admin import ConfigResource, ResourceType
 
 from outbox.testing.kafka_cluster import KafkaCluster, java_string_hash
+from tests.kafka_helpers import admin_client
 
 
 @pytest.mark.parametrize(
@@ -29,7 +30,7 @@ def test_every_topic_of_the_cluster_has_three_replicas_and_needs_two_in_sync(
     producer.begin_transaction()
     producer.produce("rf3-data", b"v")
     producer.commit_transaction(60)
-    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+    admin = admin_client(kafka_cluster.bootstrap)
     topics = admin.list_topics(timeout=30).topics
     # Then every partition of every topic, internal ones included, has three replicas
     assert {"__consumer_offsets", "__transaction_state", "rf3-data"} <= set(topics)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, ConfigResource
+from confluent_kafka.admin import ConfigResource
 
-from tests.kafka_helpers import create_topic, read_partition, unique
+from tests.kafka_helpers import admin_client, create_topic, read_partition, unique
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,7 @@ def test_read_committed_consumer_sees_committed_but_not_aborted_records(
 def test_broker_reports_the_compaction_policy_a_topic_was_created_with(
     kafka_bootstrap: str,
 ) -> None:
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin = admin_client(kafka_bootstrap)
     topic = unique("compacted")
     create_topic(
         kafka_bootstrap,
