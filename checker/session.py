@@ -38,6 +38,7 @@ from outbox.broker_clock import BrokerClock
 from outbox.closing import close_each
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
+from outbox.group_member import group_member_config
 from outbox.kafka_logging import log_to_python
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
@@ -99,27 +100,10 @@ class Session:
             refusals,
             progress=health.touch,
         )
-        consumer_config = log_to_python(
-            {
-                # A member whose session ended without leaving the group (its broker away,
-                # its process killed) holds its partitions, unchecked, until the group drops
-                # it: 10 s (the relay's too), not librdkafka's 45 s. Heartbeats come from
-                # librdkafka's own thread, so a long round misses none; a stalled loop is
-                # max.poll.interval.ms's to find. The kafka settings may set either.
-                "session.timeout.ms": 10000,
-                "heartbeat.interval.ms": 1000,
-                **config,
-                "group.id": settings.group_id,
-                "partition.assignment.strategy": "range",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                # A read position below the log start is never jumped over silently:
-                # the session starts over (_route), and the next one knows where the gap
-                # was (_on_assign, Tracker.reading_from).
-                "auto.offset.reset": "error",
-                "enable.partition.eof": True,
-            }
-        )
+        # the group's member (outbox.group_member): a read position below the log start is
+        # never jumped over silently: the session starts over (_route), and the next one knows
+        # where the gap was (_on_assign, Tracker.reading_from)
+        consumer_config = log_to_python(group_member_config(settings.group_id, config))
         self.consumer = Consumer(consumer_config)
         self.refused = RefusedSettings(consumer_config, ENV_PREFIX)
         self.instances = LiveInstances(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from outbox.group_member import group_member_config
 from relay.settings import RelaySettings
 
 
@@ -46,26 +47,14 @@ def producer_config(settings: RelaySettings) -> dict[str, Any]:
 
 
 def consumer_config(settings: RelaySettings) -> dict[str, Any]:
-    """The settings of the consumer of the half and op topics (the group's member)."""
-    return {
-        "session.timeout.ms": 10000,
-        "heartbeat.interval.ms": 1000,
-        # librdkafka prefetches up to 64 MiB by default; a batch needs far less
-        "queued.max.messages.kbytes": 16384,
-        **base_config(settings),
-        "group.id": settings.group_id,
-        "partition.assignment.strategy": "range",
-        "enable.auto.commit": False,
-        "isolation.level": "read_committed",
-        # Offsets are always given on assignment (the committed progress, or 0).
-        # Out of range means the broker shows less than was read before (right
-        # after a restart) or retention removed records: jumping to either end
-        # would repeat or skip decisions, so the session starts over instead.
-        "auto.offset.reset": "error",
-        # An op partition read to its end tells how far its ops are known (relay.op_frontier);
-        # the position alone cannot: it never passes a trailing commit marker.
-        "enable.partition.eof": True,
-    }
+    """The settings of the consumer of the half and op topics (the group's member,
+    :mod:`outbox.group_member`). Offsets are always given on assignment (the committed
+    progress, or 0), so a read position out of range means the broker shows less than was read
+    before (right after a restart) or retention removed records: jumping to either end would
+    repeat or skip decisions, so the session starts over instead."""
+    # librdkafka prefetches up to 64 MiB by default; a batch needs far less
+    prefetch = {"queued.max.messages.kbytes": 16384}
+    return group_member_config(settings.group_id, base_config(settings), defaults=prefetch)
 
 
 def admin_config(settings: RelaySettings) -> dict[str, Any]:
