@@ -40,6 +40,7 @@ from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.group_member import group_member_config
 from outbox.kafka_logging import log_to_python
+from outbox.kafka_permissions import member_hint
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
@@ -133,6 +134,9 @@ class Session:
         self.tombstones: list[tuple[int, str]] = []
         self.committed_at = 0.0
         self._assign_error: Exception | None = None
+        #: The consumer's last error (with what to grant, if an ACL is missing), until the
+        #: group assigns it partitions.
+        self.consumer_error: str | None = None
 
     def _config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
@@ -175,6 +179,7 @@ class Session:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """An exception must not escape a librdkafka callback: kept, the loop starts over."""
+        self.consumer_error = None  # joined: whatever kept it out has passed
         try:
             numbers = {tp.partition for tp in partitions if tp.topic == self.names.half}
             numbers &= {tp.partition for tp in partitions if tp.topic == self.names.op}
@@ -241,6 +246,12 @@ class Session:
                 refusal = self.refused.error_for(error)
                 if refusal is not None:
                     raise refusal  # a setting the broker refuses: no new session would pass it
+                # said, not dropped: a member refused its group or topics (an ACL missing)
+                # holds no partition, and readiness alone said only "no partition assigned"
+                topics = (self.names.half, self.names.op)
+                hint = member_hint(error, "checker", self.settings.group_id, topics)
+                self.consumer_error = f"{error.str()}{hint}"
+                log.warning("consumer error: %s", self.consumer_error)
             return
         if topic == self.names.op:
             self._op(msg, partition)
@@ -299,6 +310,8 @@ class Session:
             self.health.set_ready(True, "caught up")
         elif self.assigned:
             self.health.set_ready(False, f"reading partitions {sorted(behind)} to their end")
+        elif self.consumer_error is not None:
+            self.health.set_ready(False, f"no partition assigned; {self.consumer_error}")
         else:
             self.health.set_ready(False, "no partition assigned")
 

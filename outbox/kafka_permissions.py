@@ -1,7 +1,8 @@
-"""What to tell the user when Kafka refuses the producer's principal a topic: an ACL missing.
+"""What to tell the user when Kafka refuses a principal a topic or a group: an ACL missing.
 
-Kafka says only "Topic authorization failed"; which topic, and what to grant, is ours to say.
-README ("Kafka permissions") lists what the producer's principal needs.
+Kafka says only "Topic authorization failed" or "Group authorization failed"; which topic or
+group, and what to grant, is ours to say. README ("Kafka permissions") lists what the
+producer's principal needs, docs/relay.md and docs/checks.md the services'.
 """
 
 from __future__ import annotations
@@ -23,3 +24,14 @@ def grant_hint(error: KafkaError | BaseException | None, topic: str) -> str:
     if not not_allowed(error):
         return ""
     return f"; grant the producer's principal Write and Describe on {topic}"
+
+
+def member_hint(error: KafkaError, service: str, group_id: str, topics: tuple[str, ...]) -> str:
+    """``"; grant ..."`` to append to a consumer error of a service's group member (the relay's
+    or the checker's, ``service``) when Kafka refuses its principal the group or the topics it
+    reads; else nothing. A member refused either joins nothing, so it reads nothing."""
+    if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+        return f"; grant the {service}'s principal Read on group {group_id}"
+    if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        return f"; grant the {service}'s principal Read and Describe on {' and '.join(topics)}"
+    return ""

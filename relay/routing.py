@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from outbox.errors import ProtocolError
+from outbox.kafka_permissions import member_hint
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.topics import TopicNames
@@ -31,11 +32,15 @@ class Router:
         names: TopicNames,
         partitions: Partitions,
         refused: RefusedSettings,
+        group_id: str,
     ) -> None:
-        """``refused``: which consumer errors end the relay (a setting the broker refuses)."""
+        """``refused``: which consumer errors end the relay (a setting the broker refuses);
+        ``group_id``: the group a missing ACL would be on, to say what to grant."""
         self.consumer = consumer
         self.partitions = partitions
         self.refused = refused
+        self.group_id = group_id
+        self._topics = (names.half, names.op)
         self._half = names.half  # once: compared for every record
 
     def route(self, msg: Message) -> None:
@@ -57,7 +62,8 @@ class Router:
                 refusal = self.refused.error_for(error)
                 if refusal is not None:
                     raise refusal
-                log.warning("consumer error: %s", error.str())
+                hint = member_hint(error, "relay", self.group_id, self._topics)
+                log.warning("consumer error: %s%s", error.str(), hint)
             return
         partition = msg.partition()
         state = self.partitions.states.get(partition) if partition is not None else None

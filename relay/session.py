@@ -138,7 +138,7 @@ class Session:
                 clock=self.clock,
             )
             refused = RefusedSettings(config, ENV_PREFIX)
-            router = Router(consumer, self.names, self.partitions, refused)
+            router = Router(consumer, self.names, self.partitions, refused, settings.group_id)
             self._loop(consumer, rebalance, router, batches)
         finally:
             rebalance.close()

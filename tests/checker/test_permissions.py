@@ -171,3 +171,32 @@ def test_the_registry_reader_knows_when_kafka_refuses_it_and_when_it_may_read_ag
         assert polled_until(lambda why: why is None, 30) is None
     finally:
         instances.close()
+
+
+def test_a_checker_whose_principal_may_not_read_its_group_says_what_to_grant(
+    acl_broker: AclKafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before, such a checker logged nothing at all and its readiness said only "no partition
+    assigned": its consumer's errors were dropped (checker/session.py ``_route``)."""
+    settings = fresh_topics(acl_broker, "__outbox-acl-group")
+    checking = checker_settings(
+        acl_broker.sasl, settings.topic_prefix, kafka=acl_broker.librdkafka_login(CHECKER)
+    )
+    # Given a checker granted all docs/checks.md asks for but Read on its group
+    grant_the_checker(acl_broker, settings, checking.group_id, registry=True)
+    acl_broker.revoke(CHECKER, ResourceType.GROUP, checking.group_id, AclOperation.READ)
+    checker = Checker(checking)
+    grant = f"grant the checker's principal Read on group {checking.group_id}"
+    with caplog.at_level(logging.WARNING, logger="checker"):
+        running = Background(checker)
+        try:
+            # Then its log and its readiness say what to grant
+            wait_for(lambda: grant in checker.ready()[1], timeout=60)
+            assert any(grant in r.getMessage() for r in caplog.records)
+            assert "Group authorization failed" in checker.ready()[1]
+            # and once granted, the same session joins and catches up
+            acl_broker.allow(CHECKER, ResourceType.GROUP, checking.group_id, AclOperation.READ)
+            wait_for(lambda: checker.ready() == (True, "caught up"), timeout=90)
+            assert checker.sessions == 1
+        finally:
+            running.stop()

@@ -27,9 +27,9 @@ pytestmark = pytest.mark.integration
 RELAY = "relay"
 
 
-def grant_the_relay(broker: AclKafka, stream: Stream) -> None:
+def grant_the_relay(broker: AclKafka, stream: Stream, *, group: bool = True) -> None:
     """What docs/relay.md asks for the relay's principal ("Real topics that do not exist or
-    refuse writes")."""
+    refuse writes"); Read on every group unless not ``group``."""
     prefix = f"{stream.settings.topic_prefix}-"
     broker.allow(
         RELAY,
@@ -39,7 +39,8 @@ def grant_the_relay(broker: AclKafka, stream: Stream) -> None:
         AclOperation.WRITE,
         AclOperation.DESCRIBE,
     )
-    broker.allow(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
+    if group:
+        broker.allow(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
     broker.allow(
         RELAY, ResourceType.TRANSACTIONAL_ID, "*", AclOperation.WRITE, AclOperation.DESCRIBE
     )
@@ -108,3 +109,28 @@ def test_a_real_topic_the_relay_may_not_write_to_holds_its_transactions_alone_un
         assert relay.relay.stats()["aborts"] == 0
     finally:
         relay.stop()
+
+
+def test_a_relay_whose_principal_may_not_read_its_group_says_what_to_grant(
+    acl_broker: AclKafka, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = Stream(acl_broker.plain, unique("__outbox-acl-relay-group"))
+    # Given a relay granted all docs/relay.md asks for but Read on its group (another test of
+    # the session's broker may have granted every group: taken back, given back at the end)
+    acl_broker.revoke(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
+    grant_the_relay(acl_broker, stream, group=False)
+    caplog.set_level(logging.WARNING, logger="relay")
+    relay = relay_as_its_principal(acl_broker, stream)
+    group = relay.relay.settings.group_id
+    try:
+        stream.write([(b"k", 1, OpState.COMMIT)])
+        # Then its log says what to grant
+        grant = f"grant the relay's principal Read on group {group}"
+        wait_for(lambda: grant in caplog.text, 60, "the grant named")
+        # and once granted, it promotes the transaction, once
+        acl_broker.allow(RELAY, ResourceType.GROUP, group, AclOperation.READ)
+        wait_for(lambda: set(delivered(acl_broker.plain, stream)) >= expected(stream), 90, "it")
+        assert set(delivered(acl_broker.plain, stream).values()) == {1}
+    finally:
+        relay.stop()
+        acl_broker.allow(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
