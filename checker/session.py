@@ -36,11 +36,11 @@ from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
 from outbox.broker_clock import BrokerClock
 from outbox.closing import close_each
+from outbox.consumer_errors import ConsumerErrors
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.group_member import group_member_config
 from outbox.kafka_logging import log_to_python
-from outbox.kafka_permissions import member_hint
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
@@ -134,9 +134,11 @@ class Session:
         self.tombstones: list[tuple[int, str]] = []
         self.committed_at = 0.0
         self._assign_error: Exception | None = None
-        #: The consumer's last error (with what to grant, if an ACL is missing), until the
-        #: group assigns it partitions.
-        self.consumer_error: str | None = None
+        #: The consumer's errors, said with what to grant; the last one is readiness's reason
+        #: while no partition is assigned.
+        self.consumer_errors = ConsumerErrors(
+            "checker", settings.group_id, (self.names.half, self.names.op), log
+        )
 
     def _config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
@@ -179,10 +181,11 @@ class Session:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """An exception must not escape a librdkafka callback: kept, the loop starts over."""
-        self.consumer_error = None  # joined: whatever kept it out has passed
         try:
             numbers = {tp.partition for tp in partitions if tp.topic == self.names.half}
             numbers &= {tp.partition for tp in partitions if tp.topic == self.names.op}
+            if numbers:  # joined, with pairs to check: whatever kept it out has passed
+                self.consumer_errors.clear()
             slack_ms = int(self.settings.clock_slack_s * 1000)
             # each step may wait on the broker: the health clock counts each one as a turn
             turned = self.health.touch
@@ -219,6 +222,7 @@ class Session:
             self._assign_error = err
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.consumer_errors.clear()  # an error from before would be taken for the reason
         for tp in partitions:
             if tp.topic == self.names.half:
                 self.tracker.drop_partition(tp.partition)
@@ -248,10 +252,7 @@ class Session:
                     raise refusal  # a setting the broker refuses: no new session would pass it
                 # said, not dropped: a member refused its group or topics (an ACL missing)
                 # holds no partition, and readiness alone said only "no partition assigned"
-                topics = (self.names.half, self.names.op)
-                hint = member_hint(error, "checker", self.settings.group_id, topics)
-                self.consumer_error = f"{error.str()}{hint}"
-                log.warning("consumer error: %s", self.consumer_error)
+                self.consumer_errors.report(error, msg.topic())
             return
         if topic == self.names.op:
             self._op(msg, partition)
@@ -310,8 +311,8 @@ class Session:
             self.health.set_ready(True, "caught up")
         elif self.assigned:
             self.health.set_ready(False, f"reading partitions {sorted(behind)} to their end")
-        elif self.consumer_error is not None:
-            self.health.set_ready(False, f"no partition assigned; {self.consumer_error}")
+        elif self.consumer_errors.last is not None:
+            self.health.set_ready(False, f"no partition assigned; {self.consumer_errors.last}")
         else:
             self.health.set_ready(False, "no partition assigned")
 

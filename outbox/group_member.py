@@ -27,7 +27,8 @@ def group_member_config(
     - ``auto.offset.reset`` ``error``: a read position below the log start (retention, a log cut
       back) is never jumped over silently; the session starts over and finds the gap.
     - Partition EOF events: a partition read to its end tells how far what it holds is known
-      (the position alone cannot: it never passes a trailing commit marker).
+      (the position alone cannot: it never passes a trailing commit marker; the relay's
+      ``relay.op_frontier``).
     """
     return {
         "session.timeout.ms": 10000,

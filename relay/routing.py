@@ -10,8 +10,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
+from outbox.consumer_errors import ConsumerErrors
 from outbox.errors import ProtocolError
-from outbox.kafka_permissions import member_hint
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.topics import TopicNames
@@ -35,12 +35,12 @@ class Router:
         group_id: str,
     ) -> None:
         """``refused``: which consumer errors end the relay (a setting the broker refuses);
-        ``group_id``: the group a missing ACL would be on, to say what to grant."""
+        ``group_id``: the group a missing ACL would be on, to say what to grant
+        (:mod:`outbox.consumer_errors`)."""
         self.consumer = consumer
         self.partitions = partitions
         self.refused = refused
-        self.group_id = group_id
-        self._topics = (names.half, names.op)
+        self.errors = ConsumerErrors("relay", group_id, (names.half, names.op), log)
         self._half = names.half  # once: compared for every record
 
     def route(self, msg: Message) -> None:
@@ -62,8 +62,7 @@ class Router:
                 refusal = self.refused.error_for(error)
                 if refusal is not None:
                     raise refusal
-                hint = member_hint(error, "relay", self.group_id, self._topics)
-                log.warning("consumer error: %s%s", error.str(), hint)
+                self.errors.report(error, msg.topic())  # with what to grant, if an ACL
             return
         partition = msg.partition()
         state = self.partitions.states.get(partition) if partition is not None else None

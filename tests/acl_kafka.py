@@ -80,6 +80,11 @@ class AclKafka:
         )
         for future in self.admin.delete_acls([taken]).values():
             future.result(30)
+        # the controller dropped it; wait until the broker's authorizer has too (as allow does)
+        deadline = time.monotonic() + 30
+        while self.admin.describe_acls(taken).result(30):
+            assert time.monotonic() < deadline, f"the broker still shows the ACL on {name}"
+            time.sleep(0.1)
 
     @staticmethod
     def java_login(user: str, password: str | None = None) -> dict[str, str]:
