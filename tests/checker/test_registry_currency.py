@@ -8,16 +8,9 @@ import logging
 import pytest
 
 from checker.registry_currency import MAX_ASK_INTERVAL_S, RegistryCurrency
+from tests.fake_clock import Clock
 
 TTL_S = 30.0  # current for 15 s; the end asked every 5 s
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

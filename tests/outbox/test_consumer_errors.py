@@ -10,17 +10,10 @@ from confluent_kafka import KafkaError
 
 from outbox.consumer_errors import ConsumerErrors
 from outbox.log_repeats import REPEAT_WINDOW_S
+from tests.fake_clock import Clock
 
 GROUP = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
 TOPIC = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ from outbox.kafka_logging import (
 )
 from outbox.log_repeats import Repeats
 from outbox.testing.ports import free_port
+from tests.fake_clock import Clock
 
 #: A librdkafka line as it writes it to stderr by itself: ``%3|1700000000.123|FAIL|...``.
 RAW = re.compile(r"^%\d\|")
@@ -154,14 +155,6 @@ def test_librdkafkas_levels_as_confluent_kafka_hands_them_over_are_logged_at_our
     [record] = caplog.records
     assert record.levelno == logged == SYSLOG_LEVELS[syslog]
     assert record.getMessage() == "FAC [rdkafka#producer-1] a line"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def refusal(after_ms: int = 0, port: int = 1) -> str:

@@ -16,6 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 
 from relay.topic_cache import TopicCache
+from tests.fake_clock import Clock
 
 READ_ONLY = [AclOperation.READ, AclOperation.DESCRIBE]
 WRITABLE = [AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE]
@@ -71,14 +72,6 @@ class Admin:
 
     def poll(self, timeout: float) -> int:
         return 0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def cache(
