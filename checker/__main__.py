@@ -51,7 +51,7 @@ def main() -> int:
     try:
         settings = CheckerSettings.from_env()
         return run(settings)
-    except ConfigurationError as err:  # invalid, or refused by the broker once running
+    except ConfigurationError as err:  # invalid, or refused by librdkafka or the brokers later
         print(f"checker: {err}", file=sys.stderr)
         return 2
 
