@@ -161,6 +161,7 @@ class Session:
                 self._round()
         finally:
             self.health.set_ready(False, "stopped")
+            self.consumer_errors.flush()  # the consumer errors counted, not yet logged
             self.pool.shutdown()
             # The session lives in reference cycles (its round and its consumer hold its bound
             # methods), which only the cyclic collector frees, some time later: until then the

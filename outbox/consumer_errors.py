@@ -1,12 +1,14 @@
-"""A service's consumer errors, said once with what to do, not dropped and not repeated.
+"""A service's consumer errors, said with what to do, not dropped and not repeated.
 
 A relay or checker reads the half and op topics as a consumer-group member. The errors its
-consumer returns (a group or topic its principal may not read, a JoinGroup refusal) are what
-tells an operator why it reads nothing: the checker used to drop them all (it logged nothing and
-its readiness said only "no partition assigned"), the relay logged each without saying which ACL
-to grant. Some come back on every retry of their request - a JoinGroup refused for want of Read
-on the group, about every 2 s - so a line like the last one logged is counted, and logged again
-with its count once :data:`~outbox.log_repeats.REPEAT_WINDOW_S` has passed.
+consumer returns (its group or a topic its principal may not read) are what tells an operator
+why it reads nothing: the checker used to drop them all (it logged nothing and its readiness
+said only "no partition assigned"), the relay logged each without saying which ACL to grant.
+librdkafka reports some again on every retry of their request, so they are counted as its own
+repeated log lines are (:mod:`outbox.log_repeats`): one like a line logged less than a minute
+before is counted,
+and the count logged with the next one after the minute, or when the member's partitions change
+or its session ends (:meth:`ConsumerErrors.flush`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError
 
 from outbox.kafka_permissions import member_hint
-from outbox.log_repeats import REPEAT_WINDOW_S
+from outbox.log_repeats import Repeats, log_lines
+
+#: How a consumer error is logged: its text, with what to grant.
+_FORMAT = "consumer error: %s"
 
 
 class ConsumerErrors:
@@ -38,32 +43,25 @@ class ConsumerErrors:
         self.group_id = group_id
         self.topics = topics
         self.log = log
-        self.clock = clock
+        self.repeats = Repeats(clock=clock)
         self.last: str | None = None
-        self._logged_at = 0.0
-        self._like_it = 0
 
     def report(self, error: KafkaError, topic: str | None = None) -> str:
-        """Say ``error`` (of ``topic``, if the consumer named one) unless it is the one logged
-        last, within the window (then it is counted); the text, with what to grant."""
+        """Say ``error`` (of ``topic``, if the consumer named one), or count it if one like it
+        was said within the minute; the text, with what to grant."""
         named = (topic,) if topic else self.topics
         text = f"{error.str()}{member_hint(error, self.service, self.group_id, named)}"
-        now = self.clock()
-        if text == self.last and now - self._logged_at < REPEAT_WINDOW_S:
-            self._like_it += 1
-            return text
-        if text == self.last and self._like_it:
-            self.log.warning(
-                "consumer error: %s (%d like it in the %.0f s before)",
-                text,
-                self._like_it,
-                now - self._logged_at,
-            )
-        else:
-            self.log.warning("consumer error: %s", text)
-        self.last, self._logged_at, self._like_it = text, now, 0
+        self.last = text
+        lines, _ = self.repeats.admit(text, logging.WARNING, (text,))
+        log_lines(self.log, _FORMAT, lines)
         return text
 
     def clear(self) -> None:
-        """Partitions were assigned, or taken away: the last error no longer says why."""
-        self.last, self._like_it = None, 0
+        """The member's partitions changed: the last error no longer says why it has none
+        (the counts held are logged: :meth:`flush`)."""
+        self.last = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Log the counts held back (at a session's end: nothing is left uncounted)."""
+        log_lines(self.log, _FORMAT, self.repeats.sweep(everything=True))

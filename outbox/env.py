@@ -48,6 +48,12 @@ def kafka_variable(prefix: str, key: str) -> str:
     return f"{prefix}KAFKA__{key.replace('.', '_').upper()}"
 
 
+def kafka_setting_source(prefix: str, key: str) -> str:
+    """Where librdkafka's ``key`` is set for settings read with ``prefix``, for a message that
+    names the fix: the variable, or the key in a config file's or the settings' ``kafka``."""
+    return f"{kafka_variable(prefix, key)} (or {key} in the config file's or the settings' kafka)"
+
+
 def section_for(prefix: str) -> str:
     """The file section of an env prefix: ``OUTBOX_`` -> producer, ``OUTBOX_RELAY_`` -> relay."""
     return prefix.removeprefix("OUTBOX_").rstrip("_").lower() or "producer"

@@ -51,7 +51,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from outbox.log_repeats import REPEAT_WINDOW_S, Logged, Repeats, renew_after_fork
+from outbox.log_repeats import REPEAT_WINDOW_S, Logged, Repeats, log_lines, renew_after_fork
 
 #: The logger librdkafka's lines go to.
 LOGGER_NAME = "outbox.librdkafka"
@@ -90,10 +90,6 @@ _VARYING = re.compile(r"\d+(?=ms\b)|\d+(?= identical error)")
 
 #: How confluent-kafka hands a line over: facility, client name, text.
 _FORMAT = "%s [%s] %s"
-#: What a line logged a window after the last like it says of those between.
-_HELD = " (%d like it in the %.1f s before, not logged)"
-#: What a stopped kind's count says: how many, over how long, and when the last (shown) came.
-_STOPPED = " (held back: %d like it in the %.1f s after the one logged; the last %.1f s ago)"
 
 __all__ = [
     "LOGGER_NAME",
@@ -161,14 +157,7 @@ class LibrdkafkaLogger:
     def _emit(self, lines: list[Logged]) -> None:
         # Logged outside the counting's lock (a handler may be slow, or log itself), so two
         # threads' lines of one kind can come out in either order; the counts stay right.
-        for line in lines:
-            if line.ago_s is not None:
-                extra: tuple[object, ...] = (line.held, line.over_s, line.ago_s)
-                self.logger.log(line.level, _FORMAT + _STOPPED, *line.args, *extra)
-            elif line.held:
-                self.logger.log(line.level, _FORMAT + _HELD, *line.args, line.held, line.over_s)
-            else:
-                self.logger.log(line.level, _FORMAT, *line.args)
+        log_lines(self.logger, _FORMAT, lines)
 
     def _arm(self) -> None:
         """A sweep one window from now, so that a count is logged though no line follows it.

@@ -33,5 +33,6 @@ def member_hint(error: KafkaError, service: str, group_id: str, topics: tuple[st
     if error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
         return f"; grant the {service}'s principal Read on group {group_id}"
     if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-        return f"; grant the {service}'s principal Read and Describe on {' and '.join(topics)}"
+        granted = "Read, Write and Describe"  # what it needs on its internal topics, all three
+        return f"; grant the {service}'s principal {granted} on {' and '.join(topics)}"
     return ""

@@ -18,16 +18,21 @@ the child's, and a lock another thread of the parent held at the fork would stay
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 #: A line like one logged less than this many seconds ago is counted, not logged.
 REPEAT_WINDOW_S = 60.0
+#: What a line logged a window after the last like it says of those between.
+HELD = " (%d like it in the %.1f s before, not logged)"
+#: What a stopped kind's count says: how many, over how long, and when the last (shown) came.
+STOPPED = " (held back: %d like it in the %.1f s after the one logged; the last %.1f s ago)"
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,20 @@ class Repeats:
                 over_s, ago_s = seen.last_at - seen.at, now - seen.last_at
                 lines.append(Logged(seen.level, seen.last, seen.held, over_s, ago_s))
         return lines
+
+
+def log_lines(logger: logging.Logger, form: str, lines: Iterable[Logged]) -> None:
+    """Log each of ``lines`` (from :meth:`Repeats.admit` or :meth:`Repeats.sweep`) at its
+    level: its arguments with ``form``, and what was counted in its place (:data:`HELD`,
+    :data:`STOPPED`)."""
+    for line in lines:
+        if line.ago_s is not None:
+            extra: tuple[object, ...] = (line.held, line.over_s, line.ago_s)
+            logger.log(line.level, form + STOPPED, *line.args, *extra)
+        elif line.held:
+            logger.log(line.level, form + HELD, *line.args, line.held, line.over_s)
+        else:
+            logger.log(line.level, form, *line.args)
 
 
 class ForkAware(Protocol):

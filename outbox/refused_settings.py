@@ -7,9 +7,9 @@ key, a value that does not parse, a ``session.timeout.ms`` above ``max.poll.inte
 session, and took that for a failed session: it started a new one every second, for ever (the
 relay's admin client, made once, crashed it with a traceback instead).
 :func:`refusing_client_settings` turns it into a :class:`~outbox.errors.ConfigurationError`
-where the clients are made. Not a refusal of an ``ssl.`` or ``sasl.`` setting: librdkafka reads
-the files those name (certificates, keys) as it makes the client, and a file being rotated may
-be readable at the next try.
+where the clients are made. Not a file an ``ssl.`` or ``sasl.`` setting names that librdkafka
+could not read (a certificate, a key, a keytab) as it made the client: a file being rotated may
+be readable at the next try, so that is tried again, as before.
 
 **Refused by the brokers.** A relay or checker is a member of a consumer group. The group's
 coordinator refuses to let a member join whose ``session.timeout.ms`` lies outside the brokers'
@@ -35,22 +35,23 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 
-from outbox.env import kafka_variable
+from outbox.env import kafka_setting_source
 from outbox.errors import ConfigurationError
 
 #: librdkafka's default, named if a consumer's settings set none (the services' set 10 s).
 LIBRDKAFKA_SESSION_TIMEOUT_MS = 45000
 
+#: How librdkafka says it could not read a file an ``ssl.`` or ``sasl.`` setting names:
+#: ``ssl.ca.location failed: ...``, ``Failed to open ssl.keystore.location: ...``.
+_FILE_FAILED = re.compile(
+    r"failed to open (?:ssl|sasl)\.\S*(?:location|keytab)"
+    r"|(?:ssl|sasl)\.\S*(?:location|keytab) failed",
+    re.IGNORECASE,
+)
+
 #: How librdkafka names the property it refuses: ``No such configuration property: "foo.bar"``,
 #: ``Invalid value for configuration property "session.timeout.ms"``.
 _PROPERTY = re.compile(r'property:? "([^"]+)"')
-
-
-def where_set(env_prefix: str, key: str) -> str:
-    """Where a service's librdkafka setting ``key`` is set, for a message that names the fix."""
-    return (
-        f"{kafka_variable(env_prefix, key)} (or {key} in the config file's or the settings' kafka)"
-    )
 
 
 @contextmanager
@@ -68,11 +69,11 @@ def refusing_client_settings(env_prefix: str) -> Iterator[None]:
         if not isinstance(error, KafkaError) or error.code() != KafkaError._INVALID_ARG:
             raise
         text = error.str()
-        if "ssl" in text.lower() or "sasl" in text.lower():
+        if _FILE_FAILED.search(text):
             raise  # a file it names (a certificate, a key) may be readable at the next try
         named = _PROPERTY.search(text)
         fix = (
-            f"fix or remove {where_set(env_prefix, named.group(1))}"
+            f"fix or remove {kafka_setting_source(env_prefix, named.group(1))}"
             if named
             else f"fix the settings it names ({env_prefix}KAFKA__<KEY>, '_' for '.', or the "
             "config file's or the settings' kafka)"
@@ -100,6 +101,7 @@ class RefusedSettings:
             f"ms): {error.str()}. It must lie within the brokers' group.min.session.timeout.ms "
             "and group.max.session.timeout.ms (6000 and 1800000 ms unless changed there), and "
             "not above the consumer's max.poll.interval.ms (300000 ms unless set): set "
-            f"{where_set(self.env_prefix, 'session.timeout.ms')} within them, or change the "
-            "brokers' range; the group never lets this member join, so nothing would be read"
+            f"{kafka_setting_source(self.env_prefix, 'session.timeout.ms')} within them, or "
+            "change the brokers' range; the group never lets this member join, so nothing would "
+            "be read"
         )

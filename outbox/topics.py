@@ -58,7 +58,7 @@ def ensure_topics(
         missing = [t for t in names.all() if t not in existing]
         if missing:
             _create(admin, names, settings, missing, wanted, replication_factor, timeout)
-            _wait_for_leaders(admin, missing, timeout)
+            _wait_for_leaders(admin, missing, timeout, settings.bootstrap_servers)
         problems = _verify(admin, names, settings, existing, timeout)
     finally:
         admin.poll(0)  # its librdkafka log (e.g. why the broker was not reached), before it goes
@@ -151,12 +151,15 @@ def _create(
                 ) from err
 
 
-def _wait_for_leaders(admin: AdminClient, topics: list[str], timeout: float) -> None:
+def _wait_for_leaders(
+    admin: AdminClient, topics: list[str], timeout: float, bootstrap: str
+) -> None:
     """Return once every partition of ``topics`` has a leader, so the topics are usable."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            metadata = read_topic_metadata(admin, max(0.001, deadline - time.monotonic()))
+            remaining = max(0.001, deadline - time.monotonic())
+            metadata = read_topic_metadata(admin, remaining, what=bootstrap)
         except KafkaException as err:
             if time.monotonic() >= deadline:
                 break  # timed out: the leaders' error below says what was waited for

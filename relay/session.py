@@ -108,12 +108,13 @@ class Session:
             accounting=self.accounting,
         )
         consumer: Consumer | None = None
+        router: Router | None = None
         try:
             producer.init_transactions(settings.transaction_timeout_s * 3)
             self.health.touch()
-            config = consumer_config(settings)
+            member_config = consumer_config(settings)
             with refusing_client_settings(ENV_PREFIX):
-                consumer = Consumer(log_to_python(config))
+                consumer = Consumer(log_to_python(member_config))
             consumer.subscribe(
                 [self.names.half, self.names.op],
                 on_assign=rebalance.on_assign,
@@ -137,10 +138,12 @@ class Session:
                 commit_seconds=self.commit_seconds,
                 clock=self.clock,
             )
-            refused = RefusedSettings(config, ENV_PREFIX)
+            refused = RefusedSettings(member_config, ENV_PREFIX)
             router = Router(consumer, self.names, self.partitions, refused, settings.group_id)
             self._loop(consumer, rebalance, router, batches)
         finally:
+            if router is not None:
+                router.errors.flush()  # the consumer errors counted, not yet logged
             rebalance.close()
             self.flow_control.clear()
             close_each(

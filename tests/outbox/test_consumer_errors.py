@@ -1,5 +1,5 @@
-"""A service's consumer errors said once with what to grant, a repeat counted
-(:mod:`outbox.consumer_errors`), on a fake clock."""
+"""A service's consumer errors said with what to grant, a repeat counted as librdkafka's own
+repeated lines are (:mod:`outbox.consumer_errors`), on a fake clock."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from tests.fake_clock import Clock
 
 GROUP = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
 TOPIC = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+GRANT = "grant the checker's principal Read on group cg"
 
 
 @pytest.fixture
@@ -30,41 +31,59 @@ def said(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "t"]
 
 
-def test_a_refused_group_names_the_grant_once_and_a_repeat_is_counted(
+def test_a_refused_group_names_the_grant_once_a_minute_with_the_count(
     errors: ConsumerErrors, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # Given a JoinGroup refused again every 2 s for two windows
     with caplog.at_level(logging.WARNING, logger="t"):
+        # Given a group refused again every 2 s for two minutes
         for _ in range(int(2 * REPEAT_WINDOW_S / 2) + 1):
             errors.report(GROUP)
             clock.now += 2
-    # Then it was logged once a window, the second time with its count
-    grant = "grant the checker's principal Read on group cg"
-    assert len(said(caplog)) == 3 and said(caplog)[0].endswith(grant)
-    assert "(29 like it in the 60 s before)" in said(caplog)[1]
-    assert errors.last is not None and errors.last.endswith(grant)
+        # When the session ends
+        errors.flush()
+    # Then it was said once a minute, each time after the first with the count between, and
+    # the count of the last minute at the end: every refusal said or counted
+    lines = said(caplog)
+    assert lines[0] == f"consumer error: {errors.last}" and lines[0].endswith(GRANT)
+    assert "(29 like it in the 60.0 s before, not logged)" in lines[1]
+    assert "(29 like it in the 60.0 s before, not logged)" in lines[2]
+    assert len(lines) == 3  # the last one said had none after it
+    assert errors.last is not None and errors.last.endswith(GRANT)
 
 
-def test_another_error_is_logged_at_once_naming_the_topic_refused(
+def test_two_errors_that_alternate_are_each_said_once_a_minute(
+    errors: ConsumerErrors, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="t"):
+        # Given the group and a topic refused in turn, every second for 30 s
+        for i in range(30):
+            errors.report(GROUP if i % 2 else TOPIC, "p-op")
+            clock.now += 1
+        # When the member is assigned partitions
+        errors.clear()
+    # Then each was said once, and its count when the partitions changed
+    lines = said(caplog)
+    assert len(lines) == 4, lines
+    assert lines[0].endswith("grant the checker's principal Read, Write and Describe on p-op")
+    assert lines[1].endswith(GRANT)
+    assert all("held back: 14 like it" in line for line in lines[2:])
+    assert errors.last is None
+
+
+def test_a_topic_refusal_the_consumer_names_no_topic_for_names_both(
     errors: ConsumerErrors, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="t"):
-        errors.report(GROUP)
-        errors.report(TOPIC, "p-op")
-        errors.report(TOPIC)
-    lines = said(caplog)
-    assert len(lines) == 3
-    assert lines[1].endswith("grant the checker's principal Read and Describe on p-op")
-    assert lines[2].endswith("Read and Describe on p-half and p-op")
+        text = errors.report(TOPIC)
+    assert text.endswith("Read, Write and Describe on p-half and p-op")
 
 
-def test_cleared_the_same_error_is_said_again_and_readiness_has_none(
+def test_cleared_the_same_error_is_said_again(
     errors: ConsumerErrors, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="t"):
         errors.report(GROUP)
         errors.clear()
-        assert errors.last is None
         errors.report(GROUP)
     assert len(said(caplog)) == 2
 

@@ -75,13 +75,37 @@ def test_librdkafka_refusing_to_make_a_client_is_a_configuration_error() -> None
         raise KafkaException(KafkaError(KafkaError._TRANSPORT))  # any other: as it was
 
 
-def test_a_file_an_ssl_setting_names_is_not_refused_for_good() -> None:
+@pytest.mark.parametrize(
+    "unreadable",
+    [{"ssl.ca.location": "/nonexistent/ca"}, {"ssl.keystore.location": "/nonexistent/ks"}],
+    ids=["ca", "keystore"],
+)
+def test_a_file_an_ssl_setting_names_is_not_refused_for_good(unreadable: dict[str, str]) -> None:
     """A certificate being rotated may be readable at the next try: tried again, as before."""
+    # Given settings naming a file librdkafka cannot read
+    config = {"group.id": "g", "security.protocol": "ssl", "ssl.keystore.password": "x"}
+    # Then making a client of them fails as it did, for the session to be tried again
     with pytest.raises(KafkaException) as raised, refusing_client_settings("OUTBOX_RELAY_"):
-        Consumer(
-            {"group.id": "g", "security.protocol": "ssl", "ssl.ca.location": "/nonexistent/ca"}
-        )
+        Consumer({**config, **unreadable})
     assert raised.value.args[0].code() == KafkaError._INVALID_ARG
+
+
+@pytest.mark.parametrize(
+    ("misspelt", "named"),
+    [
+        ({"security.protocol": "sasl_plaintxt"}, "OUTBOX_KAFKA__SECURITY_PROTOCOL"),
+        ({"ssl.bogus": "1"}, "OUTBOX_KAFKA__SSL_BOGUS"),
+        ({"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAN"}, "SASL mechanism"),
+        ({"security.protocol": "sasl_plaintext", "sasl.mechanism": "PLAIN"}, "sasl.username"),
+    ],
+    ids=["protocol", "unknown ssl key", "mechanism", "no credentials"],
+)
+def test_a_misspelt_security_setting_is_refused_for_good(
+    misspelt: dict[str, str], named: str
+) -> None:
+    """Only a file librdkafka could not read is tried again, not every ssl. or sasl. refusal."""
+    with pytest.raises(ConfigurationError, match=named), refusing_client_settings("OUTBOX_"):
+        Consumer({"group.id": "g", **misspelt})
 
 
 def _raised_within(run: Callable[[], None], close: Callable[[], None], timeout: float) -> object:

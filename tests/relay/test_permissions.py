@@ -115,14 +115,15 @@ def test_a_relay_whose_principal_may_not_read_its_group_says_what_to_grant(
     acl_broker: AclKafka, caplog: pytest.LogCaptureFixture
 ) -> None:
     stream = Stream(acl_broker.plain, unique("__outbox-acl-relay-group"))
-    # Given a relay granted all docs/relay.md asks for but Read on its group (another test of
-    # the session's broker may have granted every group: taken back, given back at the end)
-    acl_broker.revoke(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
-    grant_the_relay(acl_broker, stream, group=False)
     caplog.set_level(logging.WARNING, logger="relay")
-    relay = relay_as_its_principal(acl_broker, stream)
-    group = relay.relay.settings.group_id
+    relay: RelayThread | None = None
     try:
+        # Given a relay granted all docs/relay.md asks for but Read on its group (another test
+        # of the session's broker may have granted every group: taken back, given back after)
+        acl_broker.revoke(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
+        grant_the_relay(acl_broker, stream, group=False)
+        relay = relay_as_its_principal(acl_broker, stream)
+        group = relay.relay.settings.group_id
         stream.write([(b"k", 1, OpState.COMMIT)])
         # Then its log says what to grant
         grant = f"grant the relay's principal Read on group {group}"
@@ -132,5 +133,6 @@ def test_a_relay_whose_principal_may_not_read_its_group_says_what_to_grant(
         wait_for(lambda: set(delivered(acl_broker.plain, stream)) >= expected(stream), 90, "it")
         assert set(delivered(acl_broker.plain, stream).values()) == {1}
     finally:
-        relay.stop()
+        if relay is not None:
+            relay.stop()
         acl_broker.allow(RELAY, ResourceType.GROUP, "*", AclOperation.READ)
