@@ -153,6 +153,7 @@ class Session:
                 messages = self.consumer.consume(1000, 0.2)
                 for msg in messages:
                     self._route(msg)
+                self.consumer_errors.tick()  # a stopped consumer error's count, a minute on
                 self.clock.read(messages)
                 if self._assign_error is not None:
                     raise Restart(f"cannot take the assigned partitions: {self._assign_error}")

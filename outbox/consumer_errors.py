@@ -6,9 +6,9 @@ why it reads nothing: the checker used to drop them all (it logged nothing and i
 said only "no partition assigned"), the relay logged each without saying which ACL to grant.
 librdkafka reports some again on every retry of their request, so they are counted as its own
 repeated log lines are (:mod:`outbox.log_repeats`): one like a line logged less than a minute
-before is counted,
-and the count logged with the next one after the minute, or when the member's partitions change
-or its session ends (:meth:`ConsumerErrors.flush`).
+before is counted, and the count logged with the next one after the minute, by the loop's
+:meth:`ConsumerErrors.tick` a minute after the error stopped, when the checker's partitions
+change, or when the session ends (:meth:`ConsumerErrors.flush`).
 """
 
 from __future__ import annotations
@@ -43,8 +43,10 @@ class ConsumerErrors:
         self.group_id = group_id
         self.topics = topics
         self.log = log
+        self.clock = clock
         self.repeats = Repeats(clock=clock)
         self.last: str | None = None
+        self._ticked = clock()
 
     def report(self, error: KafkaError, topic: str | None = None) -> str:
         """Say ``error`` (of ``topic``, if the consumer named one), or count it if one like it
@@ -55,6 +57,15 @@ class ConsumerErrors:
         lines, _ = self.repeats.admit(text, logging.WARNING, (text,))
         log_lines(self.log, _FORMAT, lines)
         return text
+
+    def tick(self) -> None:
+        """Once a window has passed since the last: log the counts of errors that stopped
+        (a refusal granted away), not left for the session's end. One clock read a call, for
+        a service's loop to call each turn."""
+        now = self.clock()
+        if now - self._ticked >= self.repeats.window_s:
+            self._ticked = now
+            log_lines(self.log, _FORMAT, self.repeats.sweep())
 
     def clear(self) -> None:
         """The member's partitions changed: the last error no longer says why it has none

@@ -7,9 +7,9 @@ key, a value that does not parse, a ``session.timeout.ms`` above ``max.poll.inte
 session, and took that for a failed session: it started a new one every second, for ever (the
 relay's admin client, made once, crashed it with a traceback instead).
 :func:`refusing_client_settings` turns it into a :class:`~outbox.errors.ConfigurationError`
-where the clients are made. Not a file an ``ssl.`` or ``sasl.`` setting names that librdkafka
-could not read (a certificate, a key, a keytab) as it made the client: a file being rotated may
-be readable at the next try, so that is tried again, as before.
+where the clients are made. Not a file an ``ssl.`` setting names (a certificate, a key, a
+keystore) that librdkafka could not read or decode as it made the client: a file being rotated
+may be whole at the next try, so that is tried again, as before (each session's end logs why).
 
 **Refused by the brokers.** A relay or checker is a member of a consumer group. The group's
 coordinator refuses to let a member join whose ``session.timeout.ms`` lies outside the brokers'
@@ -41,11 +41,11 @@ from outbox.errors import ConfigurationError
 #: librdkafka's default, named if a consumer's settings set none (the services' set 10 s).
 LIBRDKAFKA_SESSION_TIMEOUT_MS = 45000
 
-#: How librdkafka says it could not read a file an ``ssl.`` or ``sasl.`` setting names:
-#: ``ssl.ca.location failed: ...``, ``Failed to open ssl.keystore.location: ...``.
+#: How librdkafka says it could not read or decode a file an ``ssl.`` setting names, as it
+#: makes the client: ``ssl.ca.location failed: ...``, ``Failed to open ssl.keystore.location:
+#: ...``, ``Error reading ssl.keystore.location PKCS#12 file`` (src/rdkafka_ssl.c).
 _FILE_FAILED = re.compile(
-    r"failed to open (?:ssl|sasl)\.\S*(?:location|keytab)"
-    r"|(?:ssl|sasl)\.\S*(?:location|keytab) failed",
+    r"ssl\.\S*location failed|failed to open ssl\.\S*location|error reading ssl\.\S*location",
     re.IGNORECASE,
 )
 

@@ -172,6 +172,7 @@ class Session:
                 raise Restart(f"cannot take the assigned partitions: {err}") from err
             for msg in messages:
                 route(msg)
+            router.errors.tick()  # a stopped consumer error's count, a minute on
             self.clock.read(messages)
             read += len(messages)
             self.flow_control.update(consumer, self.partitions.states)

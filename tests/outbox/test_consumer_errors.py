@@ -39,16 +39,35 @@ def test_a_refused_group_names_the_grant_once_a_minute_with_the_count(
         for _ in range(int(2 * REPEAT_WINDOW_S / 2) + 1):
             errors.report(GROUP)
             clock.now += 2
-        # When the session ends
+        # and once more, 2 s after the last one said, as the session ends
+        errors.report(GROUP)
         errors.flush()
     # Then it was said once a minute, each time after the first with the count between, and
-    # the count of the last minute at the end: every refusal said or counted
+    # the count since the last one said at the end: every refusal said or counted
     lines = said(caplog)
     assert lines[0] == f"consumer error: {errors.last}" and lines[0].endswith(GRANT)
     assert "(29 like it in the 60.0 s before, not logged)" in lines[1]
     assert "(29 like it in the 60.0 s before, not logged)" in lines[2]
-    assert len(lines) == 3  # the last one said had none after it
+    assert "(held back: 1 like it in the 2.0 s after the one logged" in lines[3]
+    assert len(lines) == 4
     assert errors.last is not None and errors.last.endswith(GRANT)
+
+
+def test_a_count_held_for_an_error_that_stopped_is_logged_by_the_loop_a_minute_on(
+    errors: ConsumerErrors, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="t"):
+        # Given a refusal said, then 4 more counted in 8 s, then granted: no more come
+        for _ in range(5):
+            errors.report(GROUP)
+            clock.now += 2
+        # When the loop turns within the minute, and then after it
+        errors.tick()
+        assert len(said(caplog)) == 1
+        clock.now += REPEAT_WINDOW_S
+        errors.tick()
+    # Then the count was logged without waiting for the session's end
+    assert "(held back: 4 like it in the 8.0 s after the one logged" in said(caplog)[1]
 
 
 def test_two_errors_that_alternate_are_each_said_once_a_minute(
