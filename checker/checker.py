@@ -76,6 +76,12 @@ class Checker:
         self._closed.set()
 
     def run(self) -> None:
+        """Check until :meth:`close`, a new session after each failed one.
+
+        Raises:
+            ConfigurationError: librdkafka or the brokers refuse a ``kafka`` setting for good
+                (:mod:`outbox.refused_settings`): no new session would pass it.
+        """
         while not self._closed.is_set():
             self.health.touch()  # a session starting is the loop turning
             self.sessions += 1

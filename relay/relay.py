@@ -83,6 +83,12 @@ class Relay:
     # -- life cycle ------------------------------------------------------------------------
 
     def run(self) -> None:
+        """Promote until :meth:`close`, a new session after each failed one.
+
+        Raises:
+            ConfigurationError: librdkafka or the brokers refuse a ``kafka`` setting for good
+                (:mod:`outbox.refused_settings`): no new session would pass it.
+        """
         if self.settings.http_port and self._http is None:
             self._http = ServiceEndpoint(
                 live=self.live,
