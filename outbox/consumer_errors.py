@@ -9,6 +9,11 @@ repeated log lines are (:mod:`outbox.log_repeats`): one like a line logged less 
 before is counted, and the count logged with the next one after the minute, by the loop's
 :meth:`ConsumerErrors.tick` a minute after the error stopped, when the checker's partitions
 change, or when the session ends (:meth:`ConsumerErrors.flush`).
+
+librdkafka says some refusals once, not on each retry (its group's, a topic left out of its
+subscription), so the last refusal is kept (:attr:`ConsumerErrors.refused`) until the consumer
+reads the topic it named to its end (:meth:`ConsumerErrors.read_to_end`) or the service clears
+it (:meth:`ConsumerErrors.clear`; the relay's :mod:`relay.readiness`).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ _FORMAT = "consumer error: %s"
 class ConsumerErrors:
     """The consumer errors of one member (``service``: "relay" or "checker", in group
     ``group_id``, reading ``topics``), logged to ``log``; :attr:`last` is the last one, with
-    what to grant, until :meth:`clear` (for readiness)."""
+    what to grant, and :attr:`refused` the last refusal (an ACL missing), each until
+    :meth:`clear` (for readiness)."""
 
     def __init__(
         self,
@@ -46,17 +52,30 @@ class ConsumerErrors:
         self.clock = clock
         self.repeats = Repeats(clock=clock)
         self.last: str | None = None
+        self.refused: str | None = None
+        #: The topic :attr:`refused` names (None: the group, or every topic read).
+        self.refused_topic: str | None = None
         self._ticked = clock()
 
     def report(self, error: KafkaError, topic: str | None = None) -> str:
         """Say ``error`` (of ``topic``, if the consumer named one), or count it if one like it
         was said within the minute; the text, with what to grant."""
         named = (topic,) if topic else self.topics
-        text = f"{error.str()}{member_hint(error, self.service, self.group_id, named)}"
+        hint = member_hint(error, self.service, self.group_id, named)
+        text = f"{error.str()}{hint}"
         self.last = text
+        if hint:
+            self.refused, self.refused_topic = text, topic
         lines, _ = self.repeats.admit(text, logging.WARNING, (text,))
         log_lines(self.log, _FORMAT, lines)
         return text
+
+    def read_to_end(self, topic: str) -> None:
+        """The consumer read a partition of ``topic`` to its end: a refusal of that topic is
+        over (not one of the group, nor one naming no topic). Called at a partition's end, not
+        per record."""
+        if self.refused is not None and self.refused_topic == topic:
+            self.refused = self.refused_topic = None
 
     def tick(self) -> None:
         """Once a window has passed since the last: log the counts of errors that stopped
@@ -68,9 +87,10 @@ class ConsumerErrors:
             log_lines(self.log, _FORMAT, self.repeats.sweep())
 
     def clear(self) -> None:
-        """The member's partitions changed: the last error no longer says why it has none
-        (the counts held are logged: :meth:`flush`)."""
+        """The member's partitions changed: the last error and refusal no longer say why it has
+        none (the counts held are logged: :meth:`flush`)."""
         self.last = None
+        self.refused = self.refused_topic = None
         self.flush()
 
     def flush(self) -> None:

@@ -20,6 +20,12 @@ def group_member_config(
       librdkafka's own thread, so a long loop turn misses none; a stalled loop is
       ``max.poll.interval.ms``'s to find. The ``kafka`` settings may set either (a value the
       brokers refuse ends the service: :mod:`outbox.refused_settings`).
+    - ``topic.metadata.refresh.interval.ms`` 10 s, not librdkafka's 5 minutes: a half or op
+      topic the member could not see (an ACL granted since, a topic made after it started) is
+      left out of its subscription until its metadata is read again, and it reads nothing of
+      it meanwhile. One Metadata request every 10 s is nothing to a broker; librdkafka's
+      ``metadata.max.age.ms`` follows (3 times it: 30 s) unless set. A topic's partition count
+      changed or a topic deleted is seen as soon (a rebalance).
     - ``range`` assignment: a half partition and the op partition of the same number go to the
       same member (the co-partitioning the protocol rests on).
     - No automatic commits: progress is committed with the Kafka transaction that acted on it.
@@ -33,6 +39,7 @@ def group_member_config(
     return {
         "session.timeout.ms": 10000,
         "heartbeat.interval.ms": 1000,
+        "topic.metadata.refresh.interval.ms": 10000,
         **(defaults or {}),
         **kafka,
         "group.id": group_id,

@@ -1,6 +1,6 @@
 """What a service's ``/healthz`` and ``/readyz`` answer: whether its loop turns, and whether it
-is ready (the relay: subscribed and its last Kafka transaction committed; the checker: every
-assigned partition read to its end).
+is ready (the relay: holding partition pairs, or a standby, with nothing refused by Kafka:
+``relay.readiness``; the checker: every assigned partition read to its end).
 
 Written by the loop's thread, read by the HTTP thread: plain attributes, each replaced whole.
 """

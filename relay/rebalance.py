@@ -62,6 +62,9 @@ class Rebalance:
         #: States let go at the last revoke, with what this instance had committed for them:
         #: kept if the next assignment gives them back with nothing committed by others since.
         self.retained: dict[int, Retained] = {}
+        #: How many times the group assigned this member partitions (none, for a standby): a
+        #: refusal said before the last one is over (the loop's readiness).
+        self.assignments = 0
 
     # -- the consumer's callbacks ----------------------------------------------------------
 
@@ -70,6 +73,7 @@ class Rebalance:
         # consume() as a bare KafkaError, which is no exception class and no handler catches
         # (a broker restart made the committed-offsets fetch fail with NOT_COORDINATOR and
         # killed the process). Keep it; the loop ends the session and starts a new one.
+        self.assignments += 1
         try:
             self.assign(consumer, partitions)
         except (KafkaException, OutboxError) as err:

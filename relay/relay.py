@@ -79,6 +79,7 @@ class Relay:
         self._closed = threading.Event()
         self._http: ServiceEndpoint | None = None
         self._topics: TopicCache | None = None  # made by the first session, kept after it
+        self._failure: str | None = None  # why the last session ended, if it failed
 
     # -- life cycle ------------------------------------------------------------------------
 
@@ -103,6 +104,8 @@ class Relay:
                 if not self._session():
                     self._closed.wait(self.settings.retry_backoff_s)
         finally:
+            if self._closed.is_set():  # else readiness says why it ended
+                self.health.set_ready(False, "stopped")
             if self._http is not None:
                 self._http.close()
                 self._http = None
@@ -137,7 +140,9 @@ class Relay:
                 commit_seconds=self.metrics.commit_seconds,
                 clock=self.clock,
                 topics=self._topics,
+                after_failure=self._failure,
             ).run()
+            self._failure = None
         except ConfigurationError as err:
             refused = str(err)
         except (Restart, KafkaException, OutboxError) as err:
@@ -145,6 +150,7 @@ class Relay:
             # as text: a log record a handler keeps must not keep the traceback (and with it
             # the session's clients) alive
             log.error("relay session ended (%s); starting a new one", str(err))
+            self._failure = str(err)  # said while the next session settles
             return False
         if refused is not None:  # raised here, as text: nothing keeps the session's clients
             self.health.set_ready(False, refused)

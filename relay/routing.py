@@ -96,6 +96,7 @@ class Router:
         """The consumer read a partition to its end: for an op partition, every op written so
         far was read (what put-back is measured on, :mod:`relay.op_frontier`); for a half
         partition, the reader passed any commit markers before the end."""
+        self.errors.read_to_end(str(msg.topic()))  # a refusal of it is over
         state = self.partitions.states.get(int(msg.partition() or 0))
         if state is None:
             return

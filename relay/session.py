@@ -31,6 +31,7 @@ from relay.flow_control import FlowControl
 from relay.log_ends import LogEnds
 from relay.op_retention import from_op_log_start
 from relay.partitions import Partitions
+from relay.readiness import GroupReadiness
 from relay.rebalance import Rebalance
 from relay.rebuild import OpHistory, Rebuilder
 from relay.refusals import Refusals
@@ -64,9 +65,12 @@ class Session:
         commit_seconds: Histogram,
         clock: BrokerClock,
         topics: TopicCache,
+        after_failure: str | None = None,
     ) -> None:
         """``topics``: the relay's, kept across sessions: what it learnt of the real topics
-        (which exist, which it may write to) outlives a session's clients."""
+        (which exist, which it may write to) outlives a session's clients. ``after_failure``:
+        why the last session failed, if it did (readiness says it while this one settles:
+        :mod:`relay.readiness`)."""
         self.settings = settings
         self.names = settings.topics
         self.partitions = partitions
@@ -80,6 +84,7 @@ class Session:
         self.commit_seconds = commit_seconds
         self.clock = clock
         self.topics = topics
+        self.after_failure = after_failure
 
     def run(self) -> None:
         """Until ``closed`` is set (the open batch is committed first) or the clients fail.
@@ -121,7 +126,11 @@ class Session:
                 on_revoke=rebalance.on_revoke,
                 on_lost=rebalance.on_lost,
             )
-            self.health.set_ready(True, "subscribed")
+            refused = RefusedSettings(member_config, ENV_PREFIX)
+            router = Router(consumer, self.names, self.partitions, refused, settings.group_id)
+            readiness = GroupReadiness(
+                self.health, self.partitions, router.errors, after_failure=self.after_failure
+            )
             batches = BatchCommitter(
                 settings,
                 self.partitions,
@@ -138,9 +147,7 @@ class Session:
                 commit_seconds=self.commit_seconds,
                 clock=self.clock,
             )
-            refused = RefusedSettings(member_config, ENV_PREFIX)
-            router = Router(consumer, self.names, self.partitions, refused, settings.group_id)
-            self._loop(consumer, rebalance, router, batches)
+            self._loop(consumer, rebalance, router, batches, readiness)
         finally:
             if router is not None:
                 router.errors.flush()  # the consumer errors counted, not yet logged
@@ -158,7 +165,12 @@ class Session:
             # the producer's librdkafka handle goes with the object
 
     def _loop(
-        self, consumer: Consumer, rebalance: Rebalance, router: Router, batches: BatchCommitter
+        self,
+        consumer: Consumer,
+        rebalance: Rebalance,
+        router: Router,
+        batches: BatchCommitter,
+        readiness: GroupReadiness,
     ) -> None:
         settings = self.settings
         route = router.route
@@ -173,6 +185,7 @@ class Session:
             for msg in messages:
                 route(msg)
             router.errors.tick()  # a stopped consumer error's count, a minute on
+            readiness.update(rebalance.assignments)
             self.clock.read(messages)
             read += len(messages)
             self.flow_control.update(consumer, self.partitions.states)

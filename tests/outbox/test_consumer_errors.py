@@ -35,7 +35,7 @@ def test_a_refused_group_names_the_grant_once_a_minute_with_the_count(
     errors: ConsumerErrors, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="t"):
-        # Given a group refused again every 2 s for two minutes
+        # Given a refusal said again every 2 s for two minutes (librdkafka says some on each retry)
         for _ in range(int(2 * REPEAT_WINDOW_S / 2) + 1):
             errors.report(GROUP)
             clock.now += 2
@@ -113,3 +113,23 @@ def test_an_error_with_no_acl_to_grant_is_said_as_it_came(
     with caplog.at_level(logging.WARNING, logger="t"):
         text = errors.report(KafkaError(KafkaError._MAX_POLL_EXCEEDED))
     assert "grant" not in text and said(caplog) == [f"consumer error: {text}"]
+
+
+def test_a_refusal_holds_past_other_errors_until_the_group_answers(
+    errors: ConsumerErrors, clock: Clock
+) -> None:
+    # Given the group refused once (librdkafka does not say it again), then other errors
+    errors.report(GROUP)
+    clock.now += 10 * REPEAT_WINDOW_S
+    errors.report(KafkaError(KafkaError._TRANSPORT))
+    # Then the refusal still says what to grant, the last error being another
+    assert errors.refused is not None and errors.refused.endswith(GRANT)
+    assert errors.last is not None and "grant" not in errors.last
+    # and once the group answers (an assignment, even of nothing) it is over
+    errors.clear()
+    assert errors.refused is None
+
+
+def test_an_error_with_no_acl_to_grant_is_no_refusal(errors: ConsumerErrors) -> None:
+    errors.report(KafkaError(KafkaError._ALL_BROKERS_DOWN))
+    assert errors.refused is None

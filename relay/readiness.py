@@ -1,0 +1,113 @@
+"""What the relay's readiness says of its place in the group: whether it holds partition pairs
+to promote, and if not, whether that is as it should be (a standby) or why.
+
+Readiness is what holds a rolling update (Kubernetes' readinessProbe on ``/readyz``). A relay
+that reads nothing must not pass it, yet one the group leaves without partitions (more instances
+than partitions) is a standby and ready. So a relay is not ready:
+
+- until the group has answered it (its first assignment);
+- while Kafka refuses it its group or a topic it reads (an ACL missing:
+  :mod:`outbox.consumer_errors` says which to grant), pairs held or not: a topic it may describe
+  but not read is assigned, and fails each fetch;
+- while the group gave it a half or op partition alone and no pair (a topic it may not describe
+  is left out of its subscription, so its partner's partitions come alone);
+- for :data:`SETTLE_S` after a session first holds pairs, unless a Kafka transaction commits
+  sooner: a session that fails at its first Kafka transaction (a topic it may describe but not
+  read) would otherwise say ready for the moment between its assignment and the failure, in
+  every session of its restart loop (measured: 30-250 ms of each ~1.1 s loop; a probe that
+  lands there once lets a rolling update on).
+
+librdkafka says a refusal once, not on each retry. So a refusal holds until the consumer reads
+the topic it named to its end, or, one of the group (or with nothing assigned: a standby), until
+an assignment whose half and op partitions match. Errors read in the same poll as the assignment
+count as said before it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from outbox.consumer_errors import ConsumerErrors
+from outbox.service_health import Health
+from relay.partitions import Partitions
+
+#: Readiness while the group has not assigned this instance anything yet.
+JOINING = "subscribed; joining the group"
+#: How long a session holds pairs before it says ready (a commit says it sooner: relay.batch).
+SETTLE_S = 5.0
+
+
+class GroupReadiness:
+    """Keeps ``health``'s readiness in step with this session's place in the group:
+    ``partitions`` held, the consumer's ``errors``; ``after_failure``: why the session before
+    failed, if it did (said while this one settles). The loop calls :meth:`update` once a turn,
+    after routing what it read."""
+
+    def __init__(
+        self,
+        health: Health,
+        partitions: Partitions,
+        errors: ConsumerErrors,
+        *,
+        after_failure: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.health = health
+        self.partitions = partitions
+        self.errors = errors
+        self.after_failure = after_failure
+        self.clock = clock
+        self._assignments = 0
+        self._paired_at: float | None = None  # when pairs were first held
+        self._settled = False
+        self._said: tuple[bool, str] = (False, JOINING)
+        health.set_ready(*self._said)
+
+    def update(self, assignments: int) -> None:
+        """``assignments``: how many times the group has assigned this member partitions (or
+        none) so far; a new one may end a refusal."""
+        if assignments != self._assignments:
+            self._assignments = assignments
+            half, op = self.partitions.assigned
+            # the group answered, and sees both topics: a refusal of the group is over, and
+            # with nothing to read (a standby) any other
+            if half == op and (not half or self.errors.refused_topic is None):
+                self.errors.clear()
+        elif self._said[0] and self.partitions.states and self.errors.refused is None:
+            return  # the common case, a relay promoting: nothing to build
+        verdict = self.verdict()
+        if verdict != self._said:
+            self._said = verdict
+            self.health.set_ready(*verdict)
+
+    def verdict(self) -> tuple[bool, str]:
+        """Ready or not, and why, as of now."""
+        states = self.partitions.states
+        refused = self.errors.refused
+        if states:
+            held = f"assigned partitions {sorted(states)}"
+            if refused is not None:
+                return False, f"{held}; {refused}"
+            if not self._settled:
+                now = self.clock()
+                if self._paired_at is None:
+                    self._paired_at = now
+                if now - self._paired_at < SETTLE_S:
+                    after = "" if self.after_failure is None else f" after: {self.after_failure}"
+                    return False, f"{held}; settling for {SETTLE_S:.0f} s{after}"
+                self._settled = True
+            return True, held
+        if self._assignments == 0:  # with why, if the consumer said (a topic missing too)
+            said = refused or self.errors.last
+            return False, JOINING if said is None else f"{JOINING}; {said}"
+        if refused is not None:
+            return False, f"no partition assigned; {refused}"
+        half, op = self.partitions.assigned
+        if half != op:
+            return False, (
+                f"no partition pair assigned: half partitions {sorted(half)}, op partitions "
+                f"{sorted(op)} (a topic it may not describe is left out of its subscription; "
+                "or the two topics' partition counts differ)"
+            )
+        return True, "no partition assigned: a standby, or a rebalance under way"

@@ -1,0 +1,200 @@
+"""The relay's readiness of its place in the group (relay/readiness.py), through its seam: the
+session's partitions, its consumer's errors and the group's assignment count."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from confluent_kafka import KafkaError
+
+from outbox.consumer_errors import ConsumerErrors
+from outbox.service_health import Health
+from relay.partitions import Partitions
+from relay.readiness import JOINING, SETTLE_S, GroupReadiness
+from relay.state import PartitionState
+from tests.fake_clock import Clock
+
+GROUP = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
+TOPIC = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+GRANT = "grant the relay's principal Read on group rg"
+HALF_GRANT = "grant the relay's principal Read, Write and Describe on p-half"
+
+
+class Member:
+    """A session's parts as the loop, the router and the rebalance change them."""
+
+    def __init__(self, after_failure: str | None = None) -> None:
+        self.clock = Clock()
+        self.health = Health("relay")
+        self.partitions = Partitions()
+        self.errors = ConsumerErrors("relay", "rg", ("p-half", "p-op"), logging.getLogger("t"))
+        self.readiness = GroupReadiness(
+            self.health,
+            self.partitions,
+            self.errors,
+            after_failure=after_failure,
+            clock=self.clock,
+        )
+        self.assignments = 0
+
+    def assign(self, half: set[int], op: set[int]) -> None:
+        """What relay.rebalance does on an assignment: both topics' partitions as given, a
+        state for each pair."""
+        self.assignments += 1
+        self.partitions.assigned = (frozenset(half), frozenset(op))
+        self.partitions.states = {p: PartitionState(p) for p in half & op}
+
+    def revoke(self) -> None:
+        self.partitions.assigned = (frozenset(), frozenset())
+        self.partitions.states = {}
+
+    def turn(self, *errors: KafkaError, topic: str | None = None) -> tuple[bool, str]:
+        """One loop turn: the errors read (of ``topic``, if the consumer named one) routed,
+        then readiness updated."""
+        for error in errors:
+            self.errors.report(error, topic)
+        self.readiness.update(self.assignments)
+        return self.health.ready()
+
+
+@pytest.fixture
+def member() -> Member:
+    return Member()
+
+
+def settled(member: Member) -> tuple[bool, str]:
+    """A turn once the session has held pairs for SETTLE_S."""
+    member.turn()
+    member.clock.now += SETTLE_S
+    return member.turn()
+
+
+def test_not_ready_until_the_group_answers(member: Member) -> None:
+    assert member.turn() == (False, JOINING)
+    member.assign({0, 1, 2}, {0, 1, 2})
+    assert settled(member) == (True, "assigned partitions [0, 1, 2]")
+
+
+def test_joining_says_the_consumers_last_error(member: Member) -> None:
+    ready, why = member.turn(KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART))
+    assert not ready and why == f"{JOINING}; Broker: Unknown topic or partition"
+
+
+def test_a_refused_group_holds_readiness_until_the_group_answers(member: Member) -> None:
+    # Given the group refused once, before any assignment: not ready, saying what to grant
+    ready, why = member.turn(GROUP)
+    assert not ready and why.startswith(JOINING) and why.endswith(GRANT)
+    # and so it stays, librdkafka saying it no more, whatever else comes
+    for _ in range(3):
+        ready, why = member.turn(KafkaError(KafkaError._TRANSPORT))
+        assert not ready and why.endswith(GRANT)
+    # When the group answers with pairs (the grant given): ready
+    member.assign({0, 1, 2}, {0, 1, 2})
+    assert settled(member) == (True, "assigned partitions [0, 1, 2]")
+
+
+def test_a_standby_is_ready_once_the_group_answers_even_after_a_refusal(member: Member) -> None:
+    member.turn(GROUP)
+    member.turn(TOPIC, topic="p-half")
+    # When the group, granted, assigns this member nothing (more members than partitions)
+    member.assign(set(), set())
+    ready, why = member.turn()
+    assert ready and "a standby" in why
+
+
+def test_a_refusal_read_in_the_poll_of_the_assignment_counts_as_said_before_it(
+    member: Member,
+) -> None:
+    member.assign(set(), set())
+    assert member.turn(GROUP)[0] is True
+
+
+def test_a_topic_left_out_of_the_subscription_holds_readiness_until_it_is_read(
+    member: Member,
+) -> None:
+    # Given the half topic refused (left out of the subscription), then the op partitions
+    # assigned alone
+    member.turn(TOPIC, topic="p-half")
+    member.assign(set(), {0, 1, 2})
+    ready, why = member.turn()
+    assert (
+        not ready
+        and why == f"no partition assigned; Broker: Topic authorization failed; {HALF_GRANT}"
+    )
+    # When the grant is given and the group assigns both: Describe is proven, not Read
+    member.assign({0, 1, 2}, {0, 1, 2})
+    ready, why = member.turn()
+    assert not ready and why.startswith("assigned partitions [0, 1, 2]; ")
+    # and the op topic read to its end says nothing of the half topic
+    member.errors.read_to_end("p-op")
+    assert member.turn()[0] is False
+    # Once a half partition is read to its end: ready
+    member.errors.read_to_end("p-half")
+    assert settled(member) == (True, "assigned partitions [0, 1, 2]")
+
+
+def test_a_topic_it_may_describe_but_not_read_is_not_ready_though_assigned(
+    member: Member,
+) -> None:
+    # Given pairs assigned and ready
+    member.assign({0, 1, 2}, {0, 1, 2})
+    assert settled(member)[0] is True
+    # When a fetch of the half topic is refused
+    ready, why = member.turn(TOPIC, topic="p-half")
+    # Then it is not ready, saying what to grant, until it reads the topic
+    assert not ready and why.endswith(HALF_GRANT)
+    member.errors.read_to_end("p-half")
+    assert member.turn()[0] is True
+
+
+def test_one_topic_assigned_alone_without_an_error_is_not_ready(member: Member) -> None:
+    member.assign(set(), {0, 1, 2})
+    ready, why = member.turn()
+    assert not ready and "half partitions [], op partitions [0, 1, 2]" in why
+
+
+def test_partitions_revoked_then_refused_on_rejoining_says_so(member: Member) -> None:
+    member.assign({0}, {0})
+    assert settled(member)[0] is True
+    member.revoke()
+    assert member.turn() == (True, "no partition assigned: a standby, or a rebalance under way")
+    ready, why = member.turn(GROUP)
+    assert (
+        not ready and why == f"no partition assigned; Broker: Group authorization failed; {GRANT}"
+    )
+
+
+def test_a_session_holds_pairs_for_a_while_before_it_says_ready() -> None:
+    """A session that fails at its first Kafka transaction (a topic it may describe, not read)
+    must not say ready between its assignment and the failure."""
+    member = Member(after_failure="Kafka transaction aborted")
+    member.assign({0, 1, 2}, {0, 1, 2})
+    ready, why = member.turn()
+    assert not ready and why.endswith(
+        f"settling for {SETTLE_S:.0f} s after: Kafka transaction aborted"
+    )
+    member.clock.now += SETTLE_S - 0.1
+    assert member.turn()[0] is False
+    member.clock.now += 0.1
+    assert member.turn() == (True, "assigned partitions [0, 1, 2]")
+    # and once settled, a rebalance that brings pairs again does not settle again
+    member.revoke()
+    member.turn()
+    member.assign({0}, {0})
+    assert member.turn() == (True, "assigned partitions [0]")
+
+
+def test_a_commit_while_settling_says_ready(member: Member) -> None:
+    member.assign({0}, {0})
+    assert member.turn()[0] is False
+    member.health.set_ready(True, "committing")  # relay.batch, after a Kafka transaction
+    assert member.turn() == (True, "committing")
+
+
+def test_readiness_set_by_a_commit_is_not_overwritten_while_nothing_changes(
+    member: Member,
+) -> None:
+    settled(member)
+    member.health.set_ready(True, "committing")
+    assert member.turn() == (True, "committing")
