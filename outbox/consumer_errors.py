@@ -12,8 +12,10 @@ change, or when the session ends (:meth:`ConsumerErrors.flush`).
 
 librdkafka says some refusals once, not on each retry (its group's, a topic left out of its
 subscription), so the last refusal is kept (:attr:`ConsumerErrors.refused`) until the consumer
-reads the topic it named to its end (:meth:`ConsumerErrors.read_to_end`) or the service clears
-it (:meth:`ConsumerErrors.clear`; the relay's :mod:`relay.readiness`).
+reads the topic it named to its end (:meth:`ConsumerErrors.read_to_end`), Kafka takes what it
+refused (:meth:`ConsumerErrors.refusal_over`) or the service clears it
+(:meth:`ConsumerErrors.clear`). The relay's readiness reads it (:mod:`relay.readiness`); the
+checker's says :attr:`ConsumerErrors.last` while it has no partition.
 """
 
 from __future__ import annotations
@@ -76,6 +78,11 @@ class ConsumerErrors:
         per record."""
         if self.refused is not None and self.refused_topic == topic:
             self.refused = self.refused_topic = None
+
+    def refusal_over(self) -> None:
+        """Kafka took what a refusal refused (the relay's Kafka transaction sent both topics'
+        offsets to the group): it is over."""
+        self.refused = self.refused_topic = None
 
     def tick(self) -> None:
         """Once a window has passed since the last: log the counts of errors that stopped

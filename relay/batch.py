@@ -72,7 +72,10 @@ class BatchCommitter:
         commit_seconds: Histogram,
         clock: BrokerClock,
         tokens: CommitTokens | None = None,
+        committed: Callable[[], None] = lambda: None,
     ) -> None:
+        """``committed``: called after each Kafka transaction committed (readiness:
+        :meth:`relay.readiness.GroupReadiness.committed`)."""
         self.settings = settings
         self.names = settings.topics
         self.partitions = partitions
@@ -85,6 +88,7 @@ class BatchCommitter:
         self.ends = ends
         self.accounting = accounting
         self.health = health
+        self.committed = committed
         self.commit_seconds = commit_seconds
         self.clock = clock
         #: Stamps each Kafka transaction's committed progress (:mod:`relay.commit_token`).
@@ -133,7 +137,7 @@ class BatchCommitter:
         self.commit_seconds.observe(time.monotonic() - started)
         committed.update(progress)
         self.accounting.count_committed()
-        self.health.set_ready(True, "committing")
+        self.committed()
 
     def _take(self, partition: int, state: PartitionState) -> Batch:
         """The partition's batch, once every record it needs was read back by offset."""

@@ -18,9 +18,11 @@ than partitions) is a standby and ready. So a relay is not ready:
   lands there once lets a rolling update on).
 
 librdkafka says a refusal once, not on each retry. So a refusal holds until the consumer reads
-the topic it named to its end, or, one of the group (or with nothing assigned: a standby), until
-an assignment whose half and op partitions match. Errors read in the same poll as the assignment
-count as said before it.
+the topic it named to its end, a Kafka transaction commits (it sends both topics' offsets to the
+group), or, one of the group, until an assignment whose half and op partitions match. An
+assignment of nothing ends any refusal: a standby reads nothing either way, and one given
+partitions later is refused them again (a topic left out comes alone; a fetch is refused).
+Errors read in the same poll as the assignment count as said before it.
 """
 
 from __future__ import annotations
@@ -76,6 +78,17 @@ class GroupReadiness:
                 self.errors.clear()
         elif self._said[0] and self.partitions.states and self.errors.refused is None:
             return  # the common case, a relay promoting: nothing to build
+        verdict = self.verdict()
+        if verdict != self._said:
+            self._said = verdict
+            self.health.set_ready(*verdict)
+
+    def committed(self) -> None:
+        """A Kafka transaction committed (:mod:`relay.batch`): it sent the group both topics'
+        offsets for the pairs it acted on, which Kafka refuses without Read on the group and
+        on both: settled, and no refusal holds."""
+        self._settled = True
+        self.errors.refusal_over()
         verdict = self.verdict()
         if verdict != self._said:
             self._said = verdict

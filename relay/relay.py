@@ -104,7 +104,7 @@ class Relay:
                 if not self._session():
                     self._closed.wait(self.settings.retry_backoff_s)
         finally:
-            if self._closed.is_set():  # else readiness says why it ended
+            if self._closed.is_set():  # else it says why (a setting refused for good)
                 self.health.set_ready(False, "stopped")
             if self._http is not None:
                 self._http.close()

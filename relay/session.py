@@ -146,6 +146,7 @@ class Session:
                 health=self.health,
                 commit_seconds=self.commit_seconds,
                 clock=self.clock,
+                committed=readiness.committed,
             )
             self._loop(consumer, rebalance, router, batches, readiness)
         finally:

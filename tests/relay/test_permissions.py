@@ -18,6 +18,7 @@ from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[att
 
 from outbox.protocol import OpState
 from relay import RelaySettings
+from relay.readiness import SETTLE_S
 from tests.acl_kafka import AclKafka
 from tests.kafka_helpers import create_topic, unique
 from tests.relay.harness import wait_for
@@ -153,7 +154,7 @@ def test_a_relay_whose_principal_may_not_read_its_group_says_what_to_grant(
         acl_broker.allow(RELAY, ResourceType.GROUP, group, AclOperation.READ)
         wait_for(lambda: set(delivered(acl_broker.plain, stream)) >= expected(stream), 90, "it")
         assert set(delivered(acl_broker.plain, stream).values()) == {1}
-        assert relay.relay.ready()[0] is True
+        wait_for(lambda: relay.relay.ready()[0], SETTLE_S + 10, "ready")
     finally:
         if relay is not None:
             relay.stop()
@@ -195,6 +196,6 @@ def test_a_relay_whose_principal_may_not_read_the_half_topic_is_not_ready_until_
         acl_broker.allow(RELAY, ResourceType.TOPIC, names.half, *INTERNAL_TOPIC_OPERATIONS)
         wait_for(lambda: set(delivered(acl_broker.plain, stream)) >= expected(stream), 60, "it")
         assert set(delivered(acl_broker.plain, stream).values()) == {1}
-        assert relay.relay.ready()[0] is True
+        wait_for(lambda: relay.relay.ready()[0], SETTLE_S + 10, "ready")
     finally:
         relay.stop()

@@ -185,16 +185,32 @@ def test_a_session_holds_pairs_for_a_while_before_it_says_ready() -> None:
     assert member.turn() == (True, "assigned partitions [0]")
 
 
-def test_a_commit_while_settling_says_ready(member: Member) -> None:
+def test_a_commit_while_settling_says_ready_and_settles(member: Member) -> None:
     member.assign({0}, {0})
     assert member.turn()[0] is False
-    member.health.set_ready(True, "committing")  # relay.batch, after a Kafka transaction
-    assert member.turn() == (True, "committing")
+    member.readiness.committed()  # relay.batch, after a Kafka transaction
+    assert member.health.ready() == (True, "assigned partitions [0]")
+    # and a rebalance that brings pairs again within the 5 s does not settle again
+    member.revoke()
+    member.turn()
+    member.assign({0, 1}, {0, 1})
+    assert member.turn() == (True, "assigned partitions [0, 1]")
 
 
-def test_readiness_set_by_a_commit_is_not_overwritten_while_nothing_changes(
-    member: Member,
-) -> None:
-    settled(member)
-    member.health.set_ready(True, "committing")
-    assert member.turn() == (True, "committing")
+def test_a_refusal_after_a_commit_says_not_ready(member: Member) -> None:
+    member.assign({0}, {0})
+    member.readiness.committed()
+    ready, why = member.turn(TOPIC, topic="p-half")
+    assert not ready and why.endswith(HALF_GRANT)
+
+
+def test_a_commit_ends_a_refusal_it_proves_wrong(member: Member) -> None:
+    # Given the half topic refused, then both topics assigned (its end not reached yet)
+    member.turn(TOPIC, topic="p-half")
+    member.assign({0}, {0})
+    assert member.turn()[0] is False
+    # When a Kafka transaction commits both topics' offsets
+    member.readiness.committed()
+    # Then Kafka took what it refused: ready, and the next turns say so too
+    assert member.health.ready() == (True, "assigned partitions [0]")
+    assert member.turn() == (True, "assigned partitions [0]")
