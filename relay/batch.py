@@ -14,6 +14,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from typing import NoReturn
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from prometheus_client import Histogram
@@ -133,7 +134,6 @@ class BatchCommitter:
                 self._commit(timeout)
             except KafkaException as err:
                 self._failed(err.args[0], timeout)
-                return
         self.commit_seconds.observe(time.monotonic() - started)
         committed.update(progress)
         self.accounting.count_committed()
@@ -199,10 +199,11 @@ class BatchCommitter:
         producer = self.producer
         retried("commit_transaction", lambda: producer.commit_transaction(timeout))
 
-    def _failed(self, error: KafkaError, timeout: float) -> None:
+    def _failed(self, error: KafkaError, timeout: float) -> NoReturn:
         """A batch failed: abort it, park what a real topic refused, and start again from the
-        committed progress."""
+        committed progress (always raises :class:`Restart`)."""
         self.accounting.aborts += 1
+        # said at once: the abort may wait up to ``timeout`` before the session ends
         self.health.set_ready(False, f"last Kafka transaction failed: {error.str()}")
         try:
             if error.fatal():

@@ -44,7 +44,8 @@ class GroupReadiness:
     """Keeps ``health``'s readiness in step with this session's place in the group:
     ``partitions`` held, the consumer's ``errors``; ``after_failure``: why the session before
     failed, if it did (said while this one settles). The loop calls :meth:`update` once a turn,
-    after routing what it read."""
+    after routing what it read; the batch calls :meth:`committed` after each Kafka transaction.
+    Once one committed, readiness says so (``; committing``)."""
 
     def __init__(
         self,
@@ -63,6 +64,7 @@ class GroupReadiness:
         self._assignments = 0
         self._paired_at: float | None = None  # when pairs were first held
         self._settled = False
+        self._committed = False  # a Kafka transaction committed in this session
         self._said: tuple[bool, str] = (False, JOINING)
         health.set_ready(*self._said)
 
@@ -86,8 +88,10 @@ class GroupReadiness:
     def committed(self) -> None:
         """A Kafka transaction committed (:mod:`relay.batch`): it sent the group both topics'
         offsets for the pairs it acted on, which Kafka refuses without Read on the group and
-        on both: settled, and no refusal holds."""
-        self._settled = True
+        on both: settled, and no refusal holds. (An ACL revoked may reach a topic's leader
+        before the group's coordinator: a fetch refused just before is then forgotten, until
+        the next transaction fails on it and the session starts over.)"""
+        self._settled = self._committed = True
         self.errors.refusal_over()
         verdict = self.verdict()
         if verdict != self._said:
@@ -110,7 +114,7 @@ class GroupReadiness:
                     after = "" if self.after_failure is None else f" after: {self.after_failure}"
                     return False, f"{held}; settling for {SETTLE_S:.0f} s{after}"
                 self._settled = True
-            return True, held
+            return True, f"{held}; committing" if self._committed else held
         if self._assignments == 0:  # with why, if the consumer said (a topic missing too)
             said = refused or self.errors.last
             return False, JOINING if said is None else f"{JOINING}; {said}"

@@ -18,7 +18,6 @@ from confluent_kafka.admin import AclOperation, ResourceType  # type: ignore[att
 
 from outbox.protocol import OpState
 from relay import RelaySettings
-from relay.readiness import SETTLE_S
 from tests.acl_kafka import AclKafka
 from tests.kafka_helpers import create_topic, unique
 from tests.relay.harness import wait_for
@@ -27,6 +26,8 @@ from tests.relay.test_relay import RelayThread, Stream, delivered, expected, rea
 pytestmark = pytest.mark.integration
 
 RELAY = "relay"
+#: The relay's readiness once a Kafka transaction of its session committed (3 partitions).
+COMMITTING = "assigned partitions [0, 1, 2]; committing"
 #: What the relay's principal needs on each of its own topics.
 INTERNAL_TOPIC_OPERATIONS = (AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE)
 
@@ -154,7 +155,8 @@ def test_a_relay_whose_principal_may_not_read_its_group_says_what_to_grant(
         acl_broker.allow(RELAY, ResourceType.GROUP, group, AclOperation.READ)
         wait_for(lambda: set(delivered(acl_broker.plain, stream)) >= expected(stream), 90, "it")
         assert set(delivered(acl_broker.plain, stream).values()) == {1}
-        wait_for(lambda: relay.relay.ready()[0], SETTLE_S + 10, "ready")
+        # (said by the Kafka transaction that promoted it: relay.batch -> GroupReadiness)
+        wait_for(lambda: relay.relay.ready() == (True, COMMITTING), 10, "ready, committing")
     finally:
         if relay is not None:
             relay.stop()
@@ -196,6 +198,7 @@ def test_a_relay_whose_principal_may_not_read_the_half_topic_is_not_ready_until_
         acl_broker.allow(RELAY, ResourceType.TOPIC, names.half, *INTERNAL_TOPIC_OPERATIONS)
         wait_for(lambda: set(delivered(acl_broker.plain, stream)) >= expected(stream), 60, "it")
         assert set(delivered(acl_broker.plain, stream).values()) == {1}
-        wait_for(lambda: relay.relay.ready()[0], SETTLE_S + 10, "ready")
+        # (said by the Kafka transaction that promoted it: relay.batch -> GroupReadiness)
+        wait_for(lambda: relay.relay.ready() == (True, COMMITTING), 10, "ready, committing")
     finally:
         relay.stop()

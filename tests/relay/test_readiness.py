@@ -189,12 +189,12 @@ def test_a_commit_while_settling_says_ready_and_settles(member: Member) -> None:
     member.assign({0}, {0})
     assert member.turn()[0] is False
     member.readiness.committed()  # relay.batch, after a Kafka transaction
-    assert member.health.ready() == (True, "assigned partitions [0]")
+    assert member.health.ready() == (True, "assigned partitions [0]; committing")
     # and a rebalance that brings pairs again within the 5 s does not settle again
     member.revoke()
     member.turn()
     member.assign({0, 1}, {0, 1})
-    assert member.turn() == (True, "assigned partitions [0, 1]")
+    assert member.turn() == (True, "assigned partitions [0, 1]; committing")
 
 
 def test_a_refusal_after_a_commit_says_not_ready(member: Member) -> None:
@@ -212,5 +212,5 @@ def test_a_commit_ends_a_refusal_it_proves_wrong(member: Member) -> None:
     # When a Kafka transaction commits both topics' offsets
     member.readiness.committed()
     # Then Kafka took what it refused: ready, and the next turns say so too
-    assert member.health.ready() == (True, "assigned partitions [0]")
-    assert member.turn() == (True, "assigned partitions [0]")
+    assert member.health.ready() == (True, "assigned partitions [0]; committing")
+    assert member.turn() == (True, "assigned partitions [0]; committing")
