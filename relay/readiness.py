@@ -80,10 +80,12 @@ class GroupReadiness:
                 self.errors.clear()
         elif self._said[0] and self.partitions.states and self.errors.refused is None:
             return  # the common case, a relay promoting: nothing to build
-        verdict = self.verdict()
-        if verdict != self._said:
-            self._said = verdict
-            self.health.set_ready(*verdict)
+        if self.partitions.states and not self._settled:
+            now = self.clock()
+            if self._paired_at is None:
+                self._paired_at = now
+            self._settled = now - self._paired_at >= SETTLE_S
+        self._say(self.verdict())
 
     def committed(self) -> None:
         """A Kafka transaction committed (:mod:`relay.batch`): it sent the group both topics'
@@ -93,13 +95,15 @@ class GroupReadiness:
         the next transaction fails on it and the session starts over.)"""
         self._settled = self._committed = True
         self.errors.refusal_over()
-        verdict = self.verdict()
+        self._say(self.verdict())
+
+    def _say(self, verdict: tuple[bool, str]) -> None:
         if verdict != self._said:
             self._said = verdict
             self.health.set_ready(*verdict)
 
     def verdict(self) -> tuple[bool, str]:
-        """Ready or not, and why, as of now."""
+        """Ready or not, and why, as of the last :meth:`update` or :meth:`committed`."""
         states = self.partitions.states
         refused = self.errors.refused
         if states:
@@ -107,13 +111,8 @@ class GroupReadiness:
             if refused is not None:
                 return False, f"{held}; {refused}"
             if not self._settled:
-                now = self.clock()
-                if self._paired_at is None:
-                    self._paired_at = now
-                if now - self._paired_at < SETTLE_S:
-                    after = "" if self.after_failure is None else f" after: {self.after_failure}"
-                    return False, f"{held}; settling for {SETTLE_S:.0f} s{after}"
-                self._settled = True
+                after = "" if self.after_failure is None else f" after: {self.after_failure}"
+                return False, f"{held}; settling for {SETTLE_S:.0f} s{after}"
             return True, f"{held}; committing" if self._committed else held
         if self._assignments == 0:  # with why, if the consumer said (a topic missing too)
             said = refused or self.errors.last
@@ -122,9 +121,17 @@ class GroupReadiness:
             return False, f"no partition assigned; {refused}"
         half, op = self.partitions.assigned
         if half != op:
-            return False, (
-                f"no partition pair assigned: half partitions {sorted(half)}, op partitions "
-                f"{sorted(op)} (a topic it may not describe is left out of its subscription; "
-                "or the two topics' partition counts differ)"
-            )
+            return False, f"no partition pair assigned: {_unpaired(half, op)}"
         return True, "no partition assigned: a standby, or a rebalance under way"
+
+
+def _unpaired(half: frozenset[int], op: frozenset[int]) -> str:
+    """What a member assigned half and op partitions without a pair is to do."""
+    held = f"half partitions {sorted(half)}, op partitions {sorted(op)}"
+    if not half or not op:
+        missing = "half" if not half else "op"
+        return (
+            f"{held}: the {missing} topic is not in its subscription (grant its principal "
+            f"Describe and Read on it, or make it: kafka-outbox topics ensure)"
+        )
+    return f"{held}: the two topics' partition counts differ (grow the smaller one)"

@@ -63,7 +63,7 @@ class Rebalance:
         #: kept if the next assignment gives them back with nothing committed by others since.
         self.retained: dict[int, Retained] = {}
         #: How many times the group assigned this member partitions (none, for a standby): a
-        #: refusal said before the last one is over (the loop's readiness).
+        #: new assignment may end a refusal (relay.readiness).
         self.assignments = 0
 
     # -- the consumer's callbacks ----------------------------------------------------------

@@ -104,7 +104,8 @@ class Relay:
                 if not self._session():
                     self._closed.wait(self.settings.retry_backoff_s)
         finally:
-            if self._closed.is_set():  # else it says why (a setting refused for good)
+            # closed, or an unexpected error: not ready (a setting refused for good says why)
+            if self._closed.is_set() or self.health.ready()[0]:
                 self.health.set_ready(False, "stopped")
             if self._http is not None:
                 self._http.close()

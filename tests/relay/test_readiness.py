@@ -4,16 +4,23 @@ session's partitions, its consumer's errors and the group's assignment count."""
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 from confluent_kafka import KafkaError
 
+from outbox import OutboxSettings
 from outbox.consumer_errors import ConsumerErrors
 from outbox.service_health import Health
+from outbox.topics import ensure_topics
+from relay import RelaySettings
 from relay.partitions import Partitions
 from relay.readiness import JOINING, SETTLE_S, GroupReadiness
 from relay.state import PartitionState
 from tests.fake_clock import Clock
+from tests.kafka_helpers import unique
+from tests.relay.harness import wait_for
+from tests.relay.test_relay import RelayThread
 
 GROUP = KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED)
 TOPIC = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
@@ -152,6 +159,14 @@ def test_one_topic_assigned_alone_without_an_error_is_not_ready(member: Member) 
     member.assign(set(), {0, 1, 2})
     ready, why = member.turn()
     assert not ready and "half partitions [], op partitions [0, 1, 2]" in why
+    assert "the half topic is not in its subscription" in why
+
+
+def test_partition_counts_that_differ_leaving_no_pair_say_so(member: Member) -> None:
+    # Given the op topic grown alone to 6: another member holds half 0-1 and op 0-2
+    member.assign({2}, {3, 4, 5})
+    ready, why = member.turn()
+    assert not ready and why.endswith("partition counts differ (grow the smaller one)")
 
 
 def test_partitions_revoked_then_refused_on_rejoining_says_so(member: Member) -> None:
@@ -214,3 +229,33 @@ def test_a_commit_ends_a_refusal_it_proves_wrong(member: Member) -> None:
     # Then Kafka took what it refused: ready, and the next turns say so too
     assert member.health.ready() == (True, "assigned partitions [0]; committing")
     assert member.turn() == (True, "assigned partitions [0]; committing")
+
+
+@pytest.mark.integration
+def test_a_relay_started_before_its_topics_exist_is_ready_once_they_are_made(
+    kafka_bootstrap: str,
+) -> None:
+    """A platform team's deploy order: the relay before `kafka-outbox topics ensure`."""
+    prefix = unique("__outbox-made-later")
+    relay = RelayThread(
+        RelaySettings(
+            bootstrap_servers=kafka_bootstrap, topic_prefix=prefix, group_id=unique("relay")
+        )
+    )
+    try:
+        # Given no topics yet: never ready, and it says which topic is not available
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            ready, why = relay.relay.ready()
+            assert not ready, why
+            time.sleep(0.1)
+        assert why.startswith(JOINING) and "Subscribed topic not available" in why
+        # When they are made, it joins with both and is ready within its metadata refresh
+        settings = OutboxSettings(
+            bootstrap_servers=kafka_bootstrap, producer_group="g", topic_prefix=prefix
+        )
+        ensure_topics(settings)
+        wait_for(lambda: relay.relay.ready()[0], 10 + SETTLE_S + 20, "ready")
+        assert relay.relay.ready()[1].startswith("assigned partitions [")
+    finally:
+        relay.stop()
