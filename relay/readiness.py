@@ -65,6 +65,7 @@ class GroupReadiness:
         self._paired_at: float | None = None  # when pairs were first held
         self._settled = False
         self._committed = False  # a Kafka transaction committed in this session
+        self._given_nothing = False  # the last assignment gave nothing (a standby)
         self._said: tuple[bool, str] = (False, JOINING)
         health.set_ready(*self._said)
 
@@ -74,17 +75,21 @@ class GroupReadiness:
         if assignments != self._assignments:
             self._assignments = assignments
             half, op = self.partitions.assigned
+            self._given_nothing = not half and not op
             # the group answered, and sees both topics: a refusal of the group is over, and
             # with nothing to read (a standby) any other
             if half == op and (not half or self.errors.refused_topic is None):
                 self.errors.clear()
         elif self._said[0] and self.partitions.states and self.errors.refused is None:
             return  # the common case, a relay promoting: nothing to build
-        if self.partitions.states and not self._settled:
-            now = self.clock()
-            if self._paired_at is None:
-                self._paired_at = now
-            self._settled = now - self._paired_at >= SETTLE_S
+        if not self._settled:  # 5 s of pairs held in a row, in this session
+            if not self.partitions.states:
+                self._paired_at = None
+            else:
+                now = self.clock()
+                if self._paired_at is None:
+                    self._paired_at = now
+                self._settled = now - self._paired_at >= SETTLE_S
         self._say(self.verdict())
 
     def committed(self) -> None:
@@ -122,16 +127,19 @@ class GroupReadiness:
         half, op = self.partitions.assigned
         if half != op:
             return False, f"no partition pair assigned: {_unpaired(half, op)}"
-        return True, "no partition assigned: a standby, or a rebalance under way"
+        if not self._given_nothing:  # let go (revoked, lost) until the next assignment
+            return self._said
+        return True, "no partition assigned: a standby (more instances than partitions)"
 
 
 def _unpaired(half: frozenset[int], op: frozenset[int]) -> str:
     """What a member assigned half and op partitions without a pair is to do."""
     held = f"half partitions {sorted(half)}, op partitions {sorted(op)}"
+    counts = "the two topics' partition counts differ (grow the smaller one)"
     if not half or not op:
         missing = "half" if not half else "op"
         return (
             f"{held}: the {missing} topic is not in its subscription (grant its principal "
-            f"Describe and Read on it, or make it: kafka-outbox topics ensure)"
+            f"Describe and Read on it, or make it: kafka-outbox topics ensure), or {counts}"
         )
-    return f"{held}: the two topics' partition counts differ (grow the smaller one)"
+    return f"{held}: {counts}"

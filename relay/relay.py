@@ -99,14 +99,20 @@ class Relay:
                 port=self.settings.http_port,
                 name="outbox-relay-http",
             )
+        stopped: str | None = "stopped"  # what readiness says once run() returns or raises
         try:
             while not self._closed.is_set():
                 if not self._session():
                     self._closed.wait(self.settings.retry_backoff_s)
+        except ConfigurationError:
+            stopped = None  # readiness says the setting
+            raise
+        except BaseException as err:
+            stopped = f"stopped after: {err!r}"
+            raise
         finally:
-            # closed, or an unexpected error: not ready (a setting refused for good says why)
-            if self._closed.is_set() or self.health.ready()[0]:
-                self.health.set_ready(False, "stopped")
+            if stopped is not None:
+                self.health.set_ready(False, stopped)
             if self._http is not None:
                 self._http.close()
                 self._http = None

@@ -107,7 +107,7 @@ def test_a_standby_is_ready_once_the_group_answers_even_after_a_refusal(member: 
     # When the group, granted, assigns this member nothing (more members than partitions)
     member.assign(set(), set())
     ready, why = member.turn()
-    assert ready and "a standby" in why
+    assert ready and "a standby" in why, why
 
 
 def test_a_refusal_read_in_the_poll_of_the_assignment_counts_as_said_before_it(
@@ -160,6 +160,7 @@ def test_one_topic_assigned_alone_without_an_error_is_not_ready(member: Member) 
     ready, why = member.turn()
     assert not ready and "half partitions [], op partitions [0, 1, 2]" in why
     assert "the half topic is not in its subscription" in why
+    assert why.endswith("partition counts differ (grow the smaller one)")  # or that
 
 
 def test_partition_counts_that_differ_leaving_no_pair_say_so(member: Member) -> None:
@@ -172,11 +173,38 @@ def test_partition_counts_that_differ_leaving_no_pair_say_so(member: Member) -> 
 def test_partitions_revoked_then_refused_on_rejoining_says_so(member: Member) -> None:
     member.assign({0}, {0})
     assert settled(member)[0] is True
+    # When its partitions are revoked, it says what it said until the next assignment
     member.revoke()
-    assert member.turn() == (True, "no partition assigned: a standby, or a rebalance under way")
+    assert member.turn() == (True, "assigned partitions [0]")
+    # and refused on rejoining, not ready
     ready, why = member.turn(GROUP)
     assert (
         not ready and why == f"no partition assigned; Broker: Group authorization failed; {GRANT}"
+    )
+
+
+def test_a_rebalance_while_settling_is_no_standby_and_settles_anew(member: Member) -> None:
+    # Given pairs held for 3 s, settling
+    member.assign({0, 1, 2}, {0, 1, 2})
+    member.turn()
+    member.clock.now += 3
+    assert member.turn()[0] is False
+    # When they are revoked (a rebalance): not taken for a standby
+    member.revoke()
+    member.clock.now += 3
+    assert member.turn()[0] is False
+    # and given back, it settles for 5 s again: the 3 s before do not count
+    member.assign({0}, {0})
+    assert member.turn()[0] is False
+    member.clock.now += SETTLE_S
+    assert member.turn() == (True, "assigned partitions [0]")
+
+
+def test_an_assignment_of_nothing_is_a_standby(member: Member) -> None:
+    member.assign(set(), set())
+    assert member.turn() == (
+        True,
+        "no partition assigned: a standby (more instances than partitions)",
     )
 
 
@@ -249,13 +277,18 @@ def test_a_relay_started_before_its_topics_exist_is_ready_once_they_are_made(
             ready, why = relay.relay.ready()
             assert not ready, why
             time.sleep(0.1)
-        assert why.startswith(JOINING) and "Subscribed topic not available" in why
+        wait_for(lambda: "Subscribed topic not available" in relay.relay.ready()[1], 30, "why")
+        ready, why = relay.relay.ready()
+        assert not ready and why.startswith(JOINING)
         # When they are made, it joins with both and is ready within its metadata refresh
         settings = OutboxSettings(
             bootstrap_servers=kafka_bootstrap, producer_group="g", topic_prefix=prefix
         )
         ensure_topics(settings)
-        wait_for(lambda: relay.relay.ready()[0], 10 + SETTLE_S + 20, "ready")
-        assert relay.relay.ready()[1].startswith("assigned partitions [")
+        wait_for(
+            lambda: relay.relay.ready()[0] and "assigned partitions [" in relay.relay.ready()[1],
+            10 + SETTLE_S + 20,
+            "ready, holding its partitions",
+        )
     finally:
         relay.stop()
