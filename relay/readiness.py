@@ -2,8 +2,8 @@
 to promote, and if not, whether that is as it should be (a standby) or why.
 
 Readiness is what holds a rolling update (Kubernetes' readinessProbe on ``/readyz``). A relay
-that reads nothing must not pass it, yet one the group leaves without partitions (more instances
-than partitions) is a standby and ready. So a relay is not ready:
+that reads nothing must not pass it, yet one the group assigns nothing (more instances than
+partitions) is a standby and ready. So a relay is not ready:
 
 - until the group has answered it (its first assignment);
 - while Kafka refuses it its group or a topic it reads (an ACL missing:
@@ -11,18 +11,21 @@ than partitions) is a standby and ready. So a relay is not ready:
   but not read is assigned, and fails each fetch;
 - while the group gave it a half or op partition alone and no pair (a topic it may not describe
   is left out of its subscription, so its partner's partitions come alone);
-- for :data:`SETTLE_S` after a session first holds pairs, unless a Kafka transaction commits
-  sooner: a session that fails at its first Kafka transaction (a topic it may describe but not
-  read) would otherwise say ready for the moment between its assignment and the failure, in
-  every session of its restart loop (measured: 30-250 ms of each ~1.1 s loop; a probe that
-  lands there once lets a rolling update on).
+- until it has held pairs for :data:`SETTLE_S` without a break in this session (a rebalance
+  before then starts it again), unless a Kafka transaction commits sooner: a session that fails
+  at its first Kafka transaction (a topic it may describe but not read) would otherwise say ready
+  for the moment between its assignment and the failure, in every session of its restart loop
+  (measured: 30-250 ms of each ~1.1 s loop; a probe that lands there once lets a rolling update
+  on).
 
 librdkafka says a refusal once, not on each retry. So a refusal holds until the consumer reads
 the topic it named to its end, a Kafka transaction commits (it sends both topics' offsets to the
 group), or, one of the group, until an assignment whose half and op partitions match. An
 assignment of nothing ends any refusal: a standby reads nothing either way, and one given
 partitions later is refused them again (a topic left out comes alone; a fetch is refused).
-Errors read in the same poll as the assignment count as said before it.
+Errors read in the same poll as the assignment count as said before it. Between a revoke (or a
+loss) and the next assignment it stays as ready as it was, saying it is rebalancing, unless
+refused meanwhile.
 """
 
 from __future__ import annotations
@@ -65,17 +68,21 @@ class GroupReadiness:
         self._paired_at: float | None = None  # when pairs were first held
         self._settled = False
         self._committed = False  # a Kafka transaction committed in this session
-        self._given_nothing = False  # the last assignment gave nothing (a standby)
+        self._given_nothing = False  # the last assignment was of nothing: a standby
         self._said: tuple[bool, str] = (False, JOINING)
         health.set_ready(*self._said)
 
-    def update(self, assignments: int) -> None:
+    def update(self, assignments: int, given_nothing: bool = False) -> None:
         """``assignments``: how many times the group has assigned this member partitions (or
-        none) so far; a new one may end a refusal."""
+        none) so far, a new one may end a refusal; ``given_nothing``: the last one was of
+        nothing (told by the rebalance, not read from what is held now: a revoke served in the
+        same turn would look the same)."""
         if assignments != self._assignments:
             self._assignments = assignments
+            self._given_nothing = given_nothing
+            if not self._settled:
+                self._paired_at = None  # pairs held without a break: counted from here
             half, op = self.partitions.assigned
-            self._given_nothing = not half and not op
             # the group answered, and sees both topics: a refusal of the group is over, and
             # with nothing to read (a standby) any other
             if half == op and (not half or self.errors.refused_topic is None):
@@ -128,7 +135,7 @@ class GroupReadiness:
         if half != op:
             return False, f"no partition pair assigned: {_unpaired(half, op)}"
         if not self._given_nothing:  # let go (revoked, lost) until the next assignment
-            return self._said
+            return self._said[0], "no partition assigned: rebalancing"
         return True, "no partition assigned: a standby (more instances than partitions)"
 
 

@@ -63,8 +63,9 @@ class Rebalance:
         #: kept if the next assignment gives them back with nothing committed by others since.
         self.retained: dict[int, Retained] = {}
         #: How many times the group assigned this member partitions (none, for a standby): a
-        #: new assignment may end a refusal (relay.readiness).
+        #: new assignment may end a refusal (relay.readiness); whether the last was of none.
         self.assignments = 0
+        self.given_nothing = False
 
     # -- the consumer's callbacks ----------------------------------------------------------
 
@@ -74,6 +75,7 @@ class Rebalance:
         # (a broker restart made the committed-offsets fetch fail with NOT_COORDINATOR and
         # killed the process). Keep it; the loop ends the session and starts a new one.
         self.assignments += 1
+        self.given_nothing = not partitions
         try:
             self.assign(consumer, partitions)
         except (KafkaException, OutboxError) as err:

@@ -186,7 +186,7 @@ class Session:
             for msg in messages:
                 route(msg)
             router.errors.tick()  # a stopped consumer error's count, a minute on
-            readiness.update(rebalance.assignments)
+            readiness.update(rebalance.assignments, rebalance.given_nothing)
             self.clock.read(messages)
             read += len(messages)
             self.flow_control.update(consumer, self.partitions.states)

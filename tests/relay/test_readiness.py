@@ -13,7 +13,7 @@ from outbox import OutboxSettings
 from outbox.consumer_errors import ConsumerErrors
 from outbox.service_health import Health
 from outbox.topics import ensure_topics
-from relay import RelaySettings
+from relay import Relay, RelaySettings
 from relay.partitions import Partitions
 from relay.readiness import JOINING, SETTLE_S, GroupReadiness
 from relay.state import PartitionState
@@ -44,11 +44,13 @@ class Member:
             clock=self.clock,
         )
         self.assignments = 0
+        self.given_nothing = False
 
     def assign(self, half: set[int], op: set[int]) -> None:
         """What relay.rebalance does on an assignment: both topics' partitions as given, a
         state for each pair."""
         self.assignments += 1
+        self.given_nothing = not half and not op
         self.partitions.assigned = (frozenset(half), frozenset(op))
         self.partitions.states = {p: PartitionState(p) for p in half & op}
 
@@ -61,7 +63,7 @@ class Member:
         then readiness updated."""
         for error in errors:
             self.errors.report(error, topic)
-        self.readiness.update(self.assignments)
+        self.readiness.update(self.assignments, self.given_nothing)
         return self.health.ready()
 
 
@@ -173,9 +175,9 @@ def test_partition_counts_that_differ_leaving_no_pair_say_so(member: Member) -> 
 def test_partitions_revoked_then_refused_on_rejoining_says_so(member: Member) -> None:
     member.assign({0}, {0})
     assert settled(member)[0] is True
-    # When its partitions are revoked, it says what it said until the next assignment
+    # When its partitions are revoked, it stays as ready as it was until the next assignment
     member.revoke()
-    assert member.turn() == (True, "assigned partitions [0]")
+    assert member.turn() == (True, "no partition assigned: rebalancing")
     # and refused on rejoining, not ready
     ready, why = member.turn(GROUP)
     assert (
@@ -198,6 +200,21 @@ def test_a_rebalance_while_settling_is_no_standby_and_settles_anew(member: Membe
     assert member.turn()[0] is False
     member.clock.now += SETTLE_S
     assert member.turn() == (True, "assigned partitions [0]")
+
+
+def test_an_assignment_and_a_revoke_in_one_turn_is_no_standby(member: Member) -> None:
+    # Given pairs assigned and revoked before the loop turns (one poll served both)
+    member.assign({0}, {0})
+    member.revoke()
+    # Then it is not taken for a standby
+    assert member.turn() == (False, "no partition assigned: rebalancing")
+
+
+def test_a_standby_revoked_stays_a_standby(member: Member) -> None:
+    member.assign(set(), set())
+    member.turn()
+    member.revoke()
+    assert member.turn()[1].startswith("no partition assigned: a standby")
 
 
 def test_an_assignment_of_nothing_is_a_standby(member: Member) -> None:
@@ -286,9 +303,16 @@ def test_a_relay_started_before_its_topics_exist_is_ready_once_they_are_made(
         )
         ensure_topics(settings)
         wait_for(
-            lambda: relay.relay.ready()[0] and "assigned partitions [" in relay.relay.ready()[1],
+            lambda: (lambda r: r[0] and "assigned partitions [" in r[1])(relay.relay.ready()),
             10 + SETTLE_S + 20,
             "ready, holding its partitions",
         )
     finally:
         relay.stop()
+
+
+def test_a_closed_relay_says_stopped() -> None:
+    relay = Relay(RelaySettings(bootstrap_servers="127.0.0.1:1"))
+    relay.close()
+    relay.run()
+    assert relay.ready() == (False, "stopped")
