@@ -18,6 +18,8 @@ from outbox.errors import (
     DelayNotSupportedError,
     ExternalTransactionError,
     ForkedDuringNameLookupError,
+    ForkedDuringRandomSeedError,
+    ForkedWithLockHeldError,
     HalfSendError,
     InternalTopicError,
     InvalidHeaderError,
@@ -83,6 +85,8 @@ __all__ = [
     "DelayNotSupportedError",
     "ExternalTransactionError",
     "ForkedDuringNameLookupError",
+    "ForkedDuringRandomSeedError",
+    "ForkedWithLockHeldError",
     # Producing
     "HalfCoordinates",
     "HalfSendError",

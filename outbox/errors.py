@@ -19,7 +19,9 @@
     │   └── DelayNotSupportedError
     ├── NoActiveTransactionError    send() outside a transaction
     ├── ProducerClosedError
-    ├── ForkedDuringNameLookupError  forked while the parent looked up a host name: no Kafka here
+    ├── ForkedWithLockHeldError     forked while a parent thread held a lock: no Kafka here
+    │   ├── ForkedDuringNameLookupError  the parent was looking up a host name
+    │   └── ForkedDuringRandomSeedError  the parent was seeding librdkafka's random numbers
     ├── HalfSendError               half message not acknowledged; the local transaction did not run
     ├── TransactionFencedError      a check fenced this transaction id; the DB rolled back
     ├── CommitInsideTransactionError  session.commit() inside an outbox transaction
@@ -140,12 +142,20 @@ class HalfSendError(KafkaOperationError):
         self.reason = reason
 
 
-class ForkedDuringNameLookupError(OutboxError):
-    """Raised in a forked process that can never look up a host name: it was forked while
-    another thread of its parent (a Kafka client's, connecting) was inside glibc's
-    ``getaddrinfo``, whose lock the child inherits held, with no thread left to release it. No
-    Kafka client can connect from it, so none is made; nothing was sent (:mod:`outbox.forking`).
-    """
+class ForkedWithLockHeldError(OutboxError):
+    """Raised in a forked process that can never connect a Kafka client: it was forked while
+    another thread of its parent (a Kafka client's, connecting) held a lock the child's clients
+    need, which the child inherits held, with no thread left to release it. None is made;
+    nothing was sent. Replace the process (:mod:`outbox.fork_checks`)."""
+
+
+class ForkedDuringNameLookupError(ForkedWithLockHeldError):
+    """The lock is glibc's, held inside ``getaddrinfo``: no host name can be looked up here."""
+
+
+class ForkedDuringRandomSeedError(ForkedWithLockHeldError):
+    """The lock is that of the process-wide random generator of the OpenSSL librdkafka links:
+    no thread of a Kafka client made here can seed its random numbers (to connect)."""
 
 
 class TransactionFencedError(OutboxError):

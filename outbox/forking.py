@@ -18,31 +18,25 @@ option, or ``--lazy-apps``). Each process takes its own lock, looked up by its p
 reason: a lock copied by a fork while one of the parent's threads held it would stay locked in the
 child for ever.
 
-glibc has such a lock of its own: ``getaddrinfo`` holds one while it asks the kernel which
-address families the host has (with ``AI_ADDRCONFIG``, which librdkafka passes on every
-connection, and whenever a name has several addresses, as ``localhost`` has). A process forked
-while another thread of its parent was in there (a Kafka client's, connecting: on its first
-use, to a broker it just learned of, after a broker restart) inherits that lock held, and every
-such lookup in it waits for ever: its Kafka clients would never connect, and closing them would
-never return. So before a child makes its first value, :func:`check_name_lookups` tries one
-lookup that takes that lock (a numeric address, no DNS) and raises
-:class:`~outbox.errors.ForkedDuringNameLookupError` if it does not come back: a clear error
-instead of a worker that hangs. Such a process cannot be mended, only replaced. Measured with
-two parent threads looking names up without pause: 47 of 200 children forked were stuck.
+A process forked while another thread of its parent held a lock inherits it held; two such
+locks (glibc's name lookups, the random generator of the OpenSSL librdkafka links) stop its Kafka
+clients for good. So before a child makes its first value, :class:`PerProcess` calls
+:func:`~outbox.fork_checks.check_forked_process`, which raises a clear error instead
+(:mod:`outbox.fork_checks`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from outbox.errors import ForkedDuringNameLookupError
+# the checks' names here too, where earlier releases had them
+from outbox.fork_checks import NAME_LOOKUP_TIMEOUT_S as NAME_LOOKUP_TIMEOUT_S
+from outbox.fork_checks import check_forked_process as check_forked_process
+from outbox.fork_checks import check_name_lookups as check_name_lookups
 
 T = TypeVar("T")
 
@@ -52,61 +46,6 @@ log = logging.getLogger("outbox")
 _locks: dict[int, threading.Lock] = {}
 #: Where :func:`keep` puts what it cannot keep with a reference of its own (no ctypes).
 _kept: list[object] = []
-
-
-#: How long a forked process's first name lookup may take before it is called stuck for good. A
-#: free lock answers in well under a millisecond (no DNS is asked); a held one never does.
-NAME_LOOKUP_TIMEOUT_S = 5.0
-
-
-class _Lookup:
-    """One process's trial lookup, in a thread of its own: it may never come back."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.parent = os.getppid()
-        self.done = threading.Event()
-        self.deadline = time.monotonic() + timeout_s
-        threading.Thread(target=self._run, name="outbox-name-lookup", daemon=True).start()
-
-    def _run(self) -> None:
-        with contextlib.suppress(OSError):  # an answer at all is what counts
-            socket.getaddrinfo("127.0.0.1", 0, flags=socket.AI_ADDRCONFIG)
-        self.done.set()
-
-
-#: The trial lookup of each process that made one, by pid.
-_lookups: dict[int, _Lookup] = {}
-
-
-def check_name_lookups(timeout_s: float = NAME_LOOKUP_TIMEOUT_S) -> None:
-    """Raise if this process can never look up a host name (see the module's docstring).
-
-    The first call in a process starts a trial lookup and waits up to ``timeout_s`` for it;
-    calls after that wait until the same deadline at most, then only look at its result (a
-    lookup that came back late counts). Cheap to call again. A server can call it first thing
-    in a forked worker (gunicorn's ``post_worker_init``, Celery's ``worker_process_init``) and
-    exit on the error, so that the server forks a new one.
-
-    Raises:
-        ForkedDuringNameLookupError: no answer within ``timeout_s``.
-    """
-    pid = os.getpid()
-    with _locks.setdefault(pid, threading.Lock()):
-        lookup = _lookups.get(pid)
-        if lookup is None:
-            lookup = _lookups[pid] = _Lookup(timeout_s)
-    if lookup.done.wait(max(0.0, lookup.deadline - time.monotonic())):
-        return
-    raise ForkedDuringNameLookupError(
-        f"process {pid} cannot look up host names: it was forked from process {lookup.parent} "
-        f"while another thread there was inside getaddrinfo (a Kafka client's, connecting), "
-        f"and glibc's lock that thread held stays held here for ever; no Kafka client can "
-        f"connect from this process, so none was made and nothing was sent. Replace this "
-        f"worker (one forked again is almost always fine): call "
-        f"outbox.forking.check_name_lookups() first thing in each worker and exit when it "
-        f"raises, so that the server forks another; or avoid it, making Kafka clients after "
-        f"the fork (gunicorn without --preload, Celery's worker_process_init)"
-    )
 
 
 def keep(inherited: object) -> None:
@@ -146,7 +85,7 @@ class PerProcess(Generic[T]):
         pid = os.getpid()
         if self._pid == pid:
             return self._value
-        check_name_lookups()  # a child that cannot connect makes nothing that would hang
+        check_forked_process()  # a child that cannot connect makes nothing that would hang
         with _locks.setdefault(pid, threading.Lock()):
             if self._pid != pid:
                 parent, inherited = self._pid, self._value

@@ -33,7 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
 from outbox import (
-    ForkedDuringNameLookupError,
+    ForkedWithLockHeldError,
     LocalTransactionState,
     Message,
     OutboxProducer,
@@ -42,7 +42,7 @@ from outbox import (
     TransactionalProducer,
 )
 from outbox.checks.routing import OmittedValues
-from outbox.forking import PerProcess, check_name_lookups
+from outbox.forking import PerProcess, check_forked_process
 from outbox.kafka_logging import LOGGER_NAME as LIBRDKAFKA_LOGGER
 from outbox.protocol.check import CHECK_PATH, CheckedTransaction
 from outbox.protocol.states import CheckBy, DecidedBy
@@ -59,9 +59,9 @@ from tests.producer_fixtures import Topics, order_ids, orders
 TWO = (os.fork, os.fork)
 
 
-#: What a worker reports when it was forked while a thread of the test's process was inside
-#: ``getaddrinfo`` (:func:`outbox.forking.check_name_lookups`).
-STUCK_LOOKUPS = "forked during a name lookup"
+#: What a worker reports when it was forked while a thread of the test's process held a lock its
+#: Kafka clients need (:func:`outbox.fork_checks.check_forked_process`).
+STUCK = "forked with a lock held"
 
 
 def in_workers(
@@ -78,10 +78,10 @@ def in_workers(
     leader of a process group of its own (``own_group``), so that a timeout kills its own workers
     too (which stay in its group).
 
-    A worker forked while one of this process's threads (a Kafka client's, connecting) was
-    looking up a host name can never look one up (glibc's lock, :mod:`outbox.forking`), whatever
-    it is meant to show; with ``fork_again_if_stuck``, each worker first checks that
-    (:func:`~outbox.forking.check_name_lookups`) and one that is stuck is forked again, up to
+    A worker forked while one of this process's threads (a Kafka client's, connecting) held a
+    lock its Kafka clients need can never connect one (:mod:`outbox.fork_checks`), whatever it
+    is meant to show; with ``fork_again_if_stuck``, each worker first checks that
+    (:func:`~outbox.fork_checks.check_forked_process`) and one that is stuck is forked again, up to
     that many times. ``0``: not checked here, ``work`` meets it as a user's code would.
     """
     reported: dict[int, object] = {}
@@ -91,10 +91,10 @@ def in_workers(
         reported.update(
             _fork_each(work, [(i, forks[i]) for i in pending], timeout, own_group, check)
         )
-        pending = [i for i in pending if reported[i] == STUCK_LOOKUPS]
+        pending = [i for i in pending if reported[i] == STUCK]
         if not pending:
             break
-        print(f"workers {pending} were forked during a name lookup: forked again")
+        print(f"workers {pending} were forked with a lock held: forked again")
     return [reported[i] for i in range(len(forks))]
 
 
@@ -117,14 +117,12 @@ def _fork_each(
                 librdkafka = _lines_of(LIBRDKAFKA_LOGGER)
                 try:
                     if check:
-                        check_name_lookups()  # once it answered, work(i) will not meet it
+                        check_forked_process()  # once it answered, work(i) will not meet it
                     result: object = work(i)
                 except BaseException as err:
-                    stuck = check and isinstance(err, ForkedDuringNameLookupError)
+                    stuck = check and isinstance(err, ForkedWithLockHeldError)
                     result = (
-                        STUCK_LOOKUPS
-                        if stuck
-                        else f"{type(err).__name__}: {err}{_worker_log(librdkafka)}"
+                        STUCK if stuck else f"{type(err).__name__}: {err}{_worker_log(librdkafka)}"
                     )
                 with os.fdopen(write_end, "wb") as out:
                     out.write(pickle.dumps(result))
