@@ -59,16 +59,18 @@ _trials: dict[tuple[int, str], _Trial] = {}
 class _Trial:
     """One process's trial of a call that may never come back, in a thread of its own."""
 
-    def __init__(self, call: Callable[[], None], timeout_s: float) -> None:
+    def __init__(self, name: str, call: Callable[[], None], timeout_s: float) -> None:
         self.parent = os.getppid()
         self.done = threading.Event()
         self.deadline = time.monotonic() + timeout_s
-        thread = threading.Thread(target=self._run, args=(call,), name="outbox-fork-check")
+        thread = threading.Thread(target=self._run, args=(call,), name=f"outbox-fork-check-{name}")
         thread.daemon = True
         thread.start()
 
     def _run(self, call: Callable[[], None]) -> None:
-        with contextlib.suppress(Exception):  # an answer at all is what counts
+        # an answer at all is what counts; a trial that cannot run here (no such call in this
+        # librdkafka) passes: the check fails open, never refusing a worker for itself
+        with contextlib.suppress(Exception):
             call()
         self.done.set()
 
@@ -83,7 +85,7 @@ def _trial(name: str, call: Callable[[], None], timeout_s: float) -> _Trial:
     with _locks.setdefault(pid, threading.Lock()):
         trial = _trials.get((pid, name))
         if trial is None:
-            trial = _trials[(pid, name)] = _Trial(call, timeout_s)
+            trial = _trials[(pid, name)] = _Trial(name, call, timeout_s)
     return trial
 
 
@@ -104,7 +106,7 @@ def _draw_librdkafka_random() -> None:
         return
     # confluent-kafka's extension, already loaded (never loaded again here): a symbol is looked
     # up in it and what it links, so this is the very librdkafka its clients use
-    library = ctypes.CDLL(cimpl.__file__, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    library = ctypes.CDLL(cimpl.__file__, mode=os.RTLD_NOLOAD)
     new = library.rd_kafka_UserScramCredentialUpsertion_new
     new.restype = ctypes.c_void_p
     new.argtypes = [
@@ -134,7 +136,7 @@ def check_name_lookups(timeout_s: float = FORK_CHECK_TIMEOUT_S) -> None:
     Raises:
         ForkedDuringNameLookupError: no answer within ``timeout_s``.
     """
-    trial = _trial("name lookup", _look_up, timeout_s)
+    trial = _trial("name-lookup", _look_up, timeout_s)
     if not trial.passed():
         raise ForkedDuringNameLookupError(
             f"process {os.getpid()} cannot look up host names: it was forked from process "
@@ -150,12 +152,14 @@ def check_forked_process(timeout_s: float = FORK_CHECK_TIMEOUT_S) -> None:
     ``timeout_s`` from the first call in the process; later calls look at their results. A
     server can call it first thing in a forked worker (gunicorn's ``post_worker_init``,
     Celery's ``worker_process_init``) and exit on the error, so that the server forks another.
+    A trial that cannot run here (a librdkafka older than 2.13.2, whose threads take no such
+    lock, or without the call it makes) passes.
 
     Raises:
         ForkedDuringNameLookupError: no host name can be looked up here.
         ForkedDuringRandomSeedError: librdkafka's threads can never seed their random numbers.
     """
-    random = _trial("librdkafka random", _draw_librdkafka_random, timeout_s)
+    random = _trial("librdkafka-random", _draw_librdkafka_random, timeout_s)
     check_name_lookups(timeout_s)
     if not random.passed():
         raise ForkedDuringRandomSeedError(
