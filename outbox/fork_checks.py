@@ -36,13 +36,19 @@ import threading
 import time
 from collections.abc import Callable
 
+import confluent_kafka
+from confluent_kafka import cimpl
+
 from outbox.errors import ForkedDuringNameLookupError, ForkedDuringRandomSeedError
+
+try:  # imported here, not in a trial's thread: what stops there is the lock tried, nothing else
+    import ctypes
+except ImportError:  # pragma: no cover - a Python without ctypes: the random trial passes
+    ctypes = None  # type: ignore[assignment]
 
 #: How long a forked process's first trials may take before it is called stuck for good. A free
 #: lock answers in well under a millisecond (no DNS is asked, no broker); a held one never does.
 FORK_CHECK_TIMEOUT_S = 5.0
-#: Its name when it timed the name lookup's trial alone.
-NAME_LOOKUP_TIMEOUT_S = FORK_CHECK_TIMEOUT_S
 
 #: The first librdkafka whose threads seed their random numbers from OpenSSL (2.13.2;
 #: ``rd_kafka_version()``): before it, from the time and the thread's id, and no lock is taken.
@@ -97,12 +103,7 @@ def _draw_librdkafka_random() -> None:
     """Have librdkafka draw random bytes in this (new) thread, as each of its own threads does
     when it first connects: from the OpenSSL it links, whose process-wide generator seeds this
     thread's. Nothing if librdkafka's threads do not seed from OpenSSL (before 2.13.2)."""
-    import ctypes
-
-    import confluent_kafka
-    from confluent_kafka import cimpl
-
-    if confluent_kafka.libversion()[1] < SEEDS_FROM_OPENSSL:
+    if ctypes is None or confluent_kafka.libversion()[1] < SEEDS_FROM_OPENSSL:
         return
     # confluent-kafka's extension, already loaded (never loaded again here): a symbol is looked
     # up in it and what it links, so this is the very librdkafka its clients use
@@ -148,8 +149,9 @@ def check_name_lookups(timeout_s: float = FORK_CHECK_TIMEOUT_S) -> None:
 
 def check_forked_process(timeout_s: float = FORK_CHECK_TIMEOUT_S) -> None:
     """Raise if this process can never connect a Kafka client: it inherited held a lock its
-    clients need (see the module's docstring). Both trials run at once, each up to
-    ``timeout_s`` from the first call in the process; later calls look at their results. A
+    clients need (see the module's docstring). Both trials run at once, each given up to
+    ``timeout_s`` from the first call in the process that started it (the name lookup's may
+    have been started by :func:`check_name_lookups`); later calls look at their results. A
     server can call it first thing in a forked worker (gunicorn's ``post_worker_init``,
     Celery's ``worker_process_init``) and exit on the error, so that the server forks another.
     A trial that cannot run here (a librdkafka older than 2.13.2, whose threads take no such

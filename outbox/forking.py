@@ -34,7 +34,6 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 # the checks, where a forked worker's code looks for them (README)
-from outbox.fork_checks import NAME_LOOKUP_TIMEOUT_S as NAME_LOOKUP_TIMEOUT_S
 from outbox.fork_checks import check_forked_process as check_forked_process
 from outbox.fork_checks import check_name_lookups as check_name_lookups
 
