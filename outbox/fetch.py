@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
+from outbox.fork_checks import check_if_forked
 from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 from outbox.protocol.half import HalfRecord, decode_half
@@ -33,6 +34,7 @@ class HalfFetcher:
         self.topic = topic
         self.timeout_s = timeout_s
         self.fetches = 0
+        check_if_forked()  # a forked worker whose clients could never connect makes none
         self._consumer = Consumer(
             log_to_python(
                 {

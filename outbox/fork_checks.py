@@ -19,9 +19,10 @@ such locks stop a child's Kafka clients for good, each taken by every client as 
   the send timeout ("Failed to get metadata: Local: Broker transport failure") although Kafka
   was up (seen as a fork test failing about one CI run in eight).
 
-So before a child makes its first Kafka client, :func:`check_forked_process` tries, each in a
-thread of its own, one lookup that takes glibc's lock (a numeric address, no DNS) and one draw of
-librdkafka's random bytes (a SCRAM credential built and freed, no broker asked), and raises
+So before a forked process makes each Kafka client (:func:`check_if_forked`, which the library
+calls), :func:`check_forked_process` tries, once per process and each in a thread of its own, one
+lookup that takes glibc's lock (a numeric address, no DNS) and one draw of librdkafka's random
+bytes (a SCRAM credential built and freed, no broker asked), and raises
 :class:`~outbox.errors.ForkedWithLockHeldError` if one does not come back: a clear error instead
 of a worker whose transactions all fail and whose ``close()`` never returns. Such a process
 cannot be mended, only replaced.
@@ -56,6 +57,10 @@ SEEDS_FROM_OPENSSL = 0x020D0200
 
 #: ``rd_kafka_ScramMechanism_t``'s SCRAM-SHA-256: any valid mechanism builds the credential.
 _SCRAM_SHA_256 = 1
+
+#: The process that imported this module: one with another pid was forked from it (or from a
+#: child of it), after the Kafka clients of the process it was forked from may have started.
+_IMPORTED_IN = os.getpid()
 
 #: What each process's trials hold, by pid: one lock, and each trial by name.
 _locks: dict[int, threading.Lock] = {}
@@ -170,6 +175,20 @@ def check_forked_process(timeout_s: float = FORK_CHECK_TIMEOUT_S) -> None:
             f"OpenSSL librdkafka links (a Kafka client's, connecting), and the lock of OpenSSL's "
             f"generator that thread held stays held here for ever; {_REPLACE}"
         )
+
+
+def check_if_forked(timeout_s: float = FORK_CHECK_TIMEOUT_S) -> None:
+    """:func:`check_forked_process` in a process forked after this module was imported; in the
+    process that imported it, nothing but ``os.getpid()``. The library calls it before it makes
+    each Kafka client, so that a forked worker cannot make one that would never connect, whether
+    it uses a producer made before the fork or makes its own (Celery's ``worker_process_init``
+    in a master that made one too): the producer's clients, its heartbeat, its readers.
+
+    Raises:
+        ForkedWithLockHeldError: as :func:`check_forked_process`.
+    """
+    if os.getpid() != _IMPORTED_IN:
+        check_forked_process(timeout_s)
 
 
 _REPLACE = (

@@ -20,8 +20,8 @@ child for ever.
 
 A process forked while another thread of its parent held a lock inherits it held; two such
 locks (glibc's name lookups, the random generator of the OpenSSL librdkafka links) stop its Kafka
-clients for good. So before a child makes its first value, :class:`PerProcess` calls
-:func:`~outbox.fork_checks.check_forked_process`, which raises a clear error instead
+clients for good. So the library checks for them before it makes each Kafka client in a forked
+process (:func:`~outbox.fork_checks.check_if_forked`), raising a clear error instead
 (:mod:`outbox.fork_checks`).
 """
 
@@ -84,7 +84,6 @@ class PerProcess(Generic[T]):
         pid = os.getpid()
         if self._pid == pid:
             return self._value
-        check_forked_process()  # a child that cannot connect makes nothing that would hang
         with _locks.setdefault(pid, threading.Lock()):
             if self._pid != pid:
                 parent, inherited = self._pid, self._value

@@ -32,6 +32,7 @@ from outbox.errors import (
     ProducerClosedError,
     TopicMismatchError,
 )
+from outbox.fork_checks import check_if_forked
 from outbox.half_sender import HalfBatch, HalfSender, PendingHalves
 from outbox.kafka_logging import log_to_python
 from outbox.metrics import ProducerMetrics
@@ -60,6 +61,7 @@ class KafkaIO:
             "enable.idempotence": True,
             "acks": "all",
         }
+        check_if_forked()  # a forked worker whose clients could never connect makes none
         self._producer: Producer | None = Producer(log_to_python(config))
         self._op_producer: Producer | None = Producer(
             log_to_python({**config, "linger.ms": settings.op_linger_ms})

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from outbox.errors import ConfigurationError
+from outbox.fork_checks import check_if_forked
 from outbox.forking import keep
 from outbox.kafka_logging import log_to_python
 from outbox.kafka_permissions import grant_hint, not_allowed
@@ -65,6 +66,7 @@ class Heartbeat:
         )
         self.topic = settings.topics.registry
         self.interval_s = interval_s
+        check_if_forked()  # a forked worker whose clients could never connect makes none
         self._producer: Producer | None = Producer(
             log_to_python({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka})
         )

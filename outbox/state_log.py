@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from outbox.errors import KafkaOperationError, ProtocolError
+from outbox.fork_checks import check_if_forked
 from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 from outbox.protocol.state import StateOwner, StateValue, decode_state
@@ -72,6 +73,7 @@ def read_state(
             starts[p], ends[p] = low, high
     if not starts:
         return {}
+    check_if_forked()  # a forked worker whose clients could never connect makes none
     reader = Consumer(
         log_to_python(
             {

@@ -14,6 +14,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 )
 
 from outbox.errors import KafkaOperationError, TopicMismatchError
+from outbox.fork_checks import check_if_forked
 from outbox.kafka_logging import log_to_python
 from outbox.protocol.topics import (
     OP_CLEANUP_POLICY,
@@ -49,6 +50,7 @@ def ensure_topics(
         KafkaOperationError: the broker could not be reached or refused the creation.
     """
     names = settings.topics
+    check_if_forked()  # a forked worker whose clients could never connect makes none
     admin = AdminClient(
         log_to_python({"bootstrap.servers": settings.bootstrap_servers, **_admin_extra(settings)})
     )

@@ -35,6 +35,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from outbox.closing import close_each
+from outbox.fork_checks import check_if_forked
 from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 
@@ -62,6 +63,7 @@ class Watermarks:
         )
         self._renew_after_s = renew_after_s
         self._lock = threading.Lock()
+        check_if_forked()  # a forked worker whose clients could never connect makes none
         self._consumer = Consumer(self._config)
         self._made = time.monotonic()
         #: How many times a failed query replaced the client.

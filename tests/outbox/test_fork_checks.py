@@ -24,6 +24,7 @@ report.
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import functools
 import os
@@ -37,13 +38,24 @@ import confluent_kafka
 import pytest
 import sqlalchemy as sa
 from confluent_kafka import cimpl
-from sqlalchemy.orm import sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session, sessionmaker
 
-from outbox import OutboxProducer
+import outbox
+from outbox import (
+    AsyncTransactionalProducer,
+    LocalTransactionState,
+    Message,
+    OutboxProducer,
+    OutboxSettings,
+    TransactionalProducer,
+)
 from outbox.fork_checks import FORK_CHECK_TIMEOUT_S, SEEDS_FROM_OPENSSL
 from tests.checker.test_checker import checker_and_relay
 from tests.kafka_helpers import create_topic, unique
+from tests.outbox.test_asyncio import async_factory
 from tests.outbox.test_forking import in_workers
+from tests.outbox.test_transactional_producer import Listener
 from tests.pipeline import Pipeline
 from tests.producer_fixtures import Topics, order_ids, orders
 
@@ -84,6 +96,63 @@ def _draw() -> None:
     destroy(new(b"parent", 1, 4096, b"-", 1, None, 0))
 
 
+def every_other_form(
+    producer: OutboxProducer, engine: sa.Engine, db_url: str, topic: str, attempted: list[str]
+) -> list[tuple[str, str, float]]:
+    """In a worker whose first order (the context manager) was refused: each other form a user
+    may call with the producer it inherited, and its check endpoint started as an ASGI app's
+    lifespan starts it. What each raised (``"TypeName: message"``, or ``"returned"``) and how
+    long it took; the orders tried go into ``attempted``."""
+    listener = Listener(LocalTransactionState.COMMIT)
+    factory = sessionmaker(engine)
+
+    @outbox.transactional(producer=producer, session_factory=factory)
+    def place(order_id: str, session: Session = outbox.INJECTED) -> None:
+        attempted.append(order_id)
+        session.execute(orders.insert().values(id=order_id, amount=1))
+        outbox.send(topic, order_id, key=order_id)
+
+    async def place_async(order_id: str) -> None:
+        attempted.append(order_id)
+        async with async_factory(db_url) as made, producer.transaction(made) as txn:
+            assert isinstance(txn.session, AsyncSession)
+            await txn.session.execute(orders.insert().values(id=order_id, amount=1))
+            await txn.send(topic, order_id, key=order_id)
+
+    async def send_async_listener() -> None:
+        sender = AsyncTransactionalProducer(producer, listener)
+        await sender.send_message_in_transaction(Message(topic, b"x"), 1)
+
+    async def start_check_app() -> None:
+        app = producer.check_app(
+            advertise_url="http://127.0.0.1:9/", engine=engine, insecure_local=True
+        )
+        async with app.running():
+            pass
+
+    forms: dict[str, Callable[[], object]] = {
+        "decorator": lambda: place(f"decorated-{uuid.uuid4().hex[:6]}"),
+        "listener": lambda: TransactionalProducer(producer, listener).send_message_in_transaction(
+            Message(topic, b"x"), 1
+        ),
+        "asyncio": lambda: asyncio.run(place_async(f"async-{uuid.uuid4().hex[:6]}")),
+        "asyncio listener": lambda: asyncio.run(send_async_listener()),
+        "check app": lambda: asyncio.run(start_check_app()),
+    }
+    walked = []
+    for form, call in forms.items():
+        began = time.monotonic()
+        try:
+            call()
+            outcome = "returned"
+        except Exception as err:
+            outcome = f"{type(err).__name__}: {err}"
+        walked.append((form, outcome, time.monotonic() - began))
+    if listener.executed:  # refused before the local transaction, or not at all
+        walked.append(("listener", f"executed {listener.executed}", 0.0))
+    return walked
+
+
 #: The parent's threads standing in for its Kafka clients, how many of them, and the error a
 #: stuck worker raises. Workers are forked four at a time until both kinds were seen: with one
 #: fork in four stuck in a lookup, in the first round or two; with one in a hundred or so stuck
@@ -104,38 +173,56 @@ ROUNDS_S = 360
 @pytest.mark.processes
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize("parent", ["name lookup", pytest.param("random seed", marks=OLD_SEEDS)])
+@pytest.mark.parametrize("made", ["before the fork", "in the worker"])
 def test_a_worker_forked_with_a_lock_held_refuses_at_once_and_the_others_deliver(
-    parent: str, kafka_bootstrap: str, producer: OutboxProducer, engine: sa.Engine, topics: Topics
+    parent: str,
+    made: str,
+    kafka_bootstrap: str,
+    outbox_settings: OutboxSettings,
+    producer: OutboxProducer,
+    db_url: str,
+    engine: sa.Engine,
+    topics: Topics,
 ) -> None:
     busy, threads, refused_by = PARENTS[parent]
     topic = unique("orders")
     create_topic(kafka_bootstrap, topic, partitions=3)
     factory = sessionmaker(engine)
 
-    def order(order_id: str) -> None:
+    def order(producer: OutboxProducer, order_id: str) -> None:
         with producer.transaction(factory) as txn:
             txn.send(topic, order_id, key=order_id)
             assert txn.session is not None
             txn.session.execute(orders.insert().values(id=order_id, amount=1))
 
     # Given a producer made before the fork that has sent, in a process whose threads are
-    # looking host names up, or seeding random numbers, as its workers are forked
+    # looking host names up, or seeding random numbers, as its workers are forked; each worker
+    # uses that producer, or makes its own (Celery's worker_process_init, a master that kept
+    # one for itself)
     master = f"master-{uuid.uuid4().hex[:6]}"
-    order(master)
+    order(producer, master)
     stop = threading.Event()
 
-    def worker(i: int) -> tuple[str, str, float, float]:
+    def worker(i: int) -> tuple[str, str, float, float, list[tuple[str, str, float]], list[str]]:
         engine.dispose(close=False)
         order_id = f"worker{i}-{uuid.uuid4().hex[:6]}"
+        own: OutboxProducer | None = None
+        walked: list[tuple[str, str, float]] = []
+        attempted: list[str] = []
         began = time.monotonic()
         try:
-            order(order_id)
+            own = producer if made == "before the fork" else OutboxProducer(outbox_settings)
+            order(own, order_id)
             outcome = "committed"
         except Exception as err:
             outcome = f"{type(err).__name__}: {err}"
         ended = time.monotonic()
-        producer.close()  # a worker's shutdown hook
-        return outcome, order_id, ended - began, time.monotonic() - ended
+        if own is not None and outcome.startswith("ForkedDuring"):
+            walked = every_other_form(own, engine, db_url, topic, attempted)
+        closing = time.monotonic()
+        if own is not None:
+            own.close()  # a worker's shutdown hook
+        return outcome, order_id, ended - began, time.monotonic() - closing, walked, attempted
 
     if busy is seed:
         _librdkafka()  # here, not in the threads: a librdkafka without the calls fails the test
@@ -160,24 +247,33 @@ def test_a_worker_forked_with_a_lock_held_refuses_at_once_and_the_others_deliver
         stop.set()
         for thread in busy_threads:
             thread.join()
-    # Then each worker either committed or was refused at once, saying why; none hung, and
-    # each closed its producer at once (before: "hung", in the send and then in close())
+    # Then each worker either committed or was refused at once, saying why: making its own
+    # producer, or in every form it called with the inherited one, and starting its check
+    # endpoint; none hung, and each closed its producer at once (before: "hung", in the send or
+    # the heartbeat and then in close())
     assert all(isinstance(r, tuple) for r in reported), [
         r for r in reported if not isinstance(r, tuple)
     ]
     results = [r for r in reported if isinstance(r, tuple)]
-    committed = {oid for outcome, oid, _, _ in results if outcome == "committed"}
+    committed = {r[1] for r in results if r[0] == "committed"}
     # (the parent's own clients may still meet the other lock, however rarely)
-    refused = {oid for outcome, oid, _, _ in results if outcome.startswith("ForkedDuring")}
+    refused = {r[1] for r in results if r[0].startswith("ForkedDuring")}
+    assert committed | refused == {r[1] for r in results}, reported
+    refused |= {oid for r in results for oid in r[5]}  # the other forms' orders
     took_s = time.monotonic() - began
     print(f"workers: {len(committed)} committed, {len(refused)} refused ({parent}, {took_s:.0f} s)")
     assert any(r[0].startswith(refused_by) for r in results), f"none of {len(results)} stuck"
     assert committed, reported
-    assert committed | refused == {oid for _, oid, _, _ in results}, reported
-    for outcome, _, took, closing in results:
+    forms = ["decorator", "listener", "asyncio", "asyncio listener", "check app"]
+    for outcome, _, took, closing, walked, _ in results:
         if outcome.startswith("ForkedDuring"):
             assert "forked from process" in outcome and "worker_process_init" in outcome
             assert took < FORK_CHECK_TIMEOUT_S + 3, outcome
+            kind = outcome.split(":")[0]
+            if made == "before the fork":
+                assert [form for form, _, _ in walked] == forms, walked
+                for form, said, form_took in walked:
+                    assert said.split(":")[0] == kind and form_took < 3, (form, said, form_took)
         assert closing < 3, (outcome, closing)
     # and the rows are exactly what a read_committed consumer of the topic gets, each once:
     # a refused worker wrote nothing and sent nothing
