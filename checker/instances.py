@@ -7,13 +7,13 @@ import random
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from checker.registry_currency import RegistryCurrency
+from outbox import kafka_clients
 from outbox.broker_clock import BrokerClock
 from outbox.closing import close_each
 from outbox.errors import ProtocolError
-from outbox.kafka_logging import log_to_python
 from outbox.protocol.registry import Registration, decode_registration
 from outbox.watermarks import Watermarks
 
@@ -67,18 +67,16 @@ class LiveInstances:
         self.clock = clock or BrokerClock()
         self._seen: dict[bytes, tuple[Registration, int]] = {}
         self.topic = topic
-        self._consumer = Consumer(
-            log_to_python(
-                {
-                    **config,
-                    "group.id": "outbox-checker-registry",
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,  # read to its end: "none live" is known
-                    # an offset gone (DeleteRecords, a topic made again): from the start, not
-                    # from the end, which would look read through with nothing read
-                    "auto.offset.reset": "earliest",
-                }
-            )
+        self._consumer = kafka_clients.consumer(
+            {
+                **config,
+                "group.id": "outbox-checker-registry",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,  # read to its end: "none live" is known
+                # an offset gone (DeleteRecords, a topic made again): from the start, not
+                # from the end, which would look read through with nothing read
+                "auto.offset.reset": "earliest",
+            }
         )
         self._consumer.assign([TopicPartition(topic, 0, 0)])
         self._at_end = False

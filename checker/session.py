@@ -34,13 +34,13 @@ from checker.settings import ENV_PREFIX, CheckerSettings
 from checker.tracing import written
 from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed, RoundWriter
+from outbox import kafka_clients
 from outbox.broker_clock import BrokerClock
 from outbox.closing import close_each
 from outbox.consumer_errors import ConsumerErrors
 from outbox.errors import OutboxError, ProtocolError
 from outbox.fetch import HalfFetcher
 from outbox.group_member import group_member_config
-from outbox.kafka_logging import log_to_python
 from outbox.protocol.half import decode_half
 from outbox.protocol.op import decode_op
 from outbox.protocol.states import OpState
@@ -104,8 +104,8 @@ class Session:
         # the group's member (outbox.group_member): a read position below the log start is
         # never jumped over silently: the session starts over (_route), and the next one knows
         # where the gap was (_on_assign, Tracker.reading_from)
-        consumer_config = log_to_python(group_member_config(settings.group_id, config))
-        self.consumer = Consumer(consumer_config)
+        consumer_config = group_member_config(settings.group_id, config)
+        self.consumer = kafka_clients.consumer(consumer_config)
         self.refused = RefusedSettings(consumer_config, ENV_PREFIX)
         self.instances = LiveInstances(
             config, self.names.registry, settings.registry_ttl_s, clock=clock
@@ -113,7 +113,7 @@ class Session:
         self.fetcher = HalfFetcher(config, self.names.half)
         self.watermarks = Watermarks(config)
         #: None once the session has ended (:meth:`run` lets go of it).
-        self.admin: AdminClient | None = AdminClient(log_to_python(config))
+        self.admin: AdminClient | None = kafka_clients.admin(config)
         self.pool = ThreadPoolExecutor(settings.check_concurrency, "outbox-check")
         self.round = CheckRound(
             settings,

@@ -26,7 +26,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from checker.plan import RoundPlan
-from outbox.kafka_logging import log_to_python
+from outbox import kafka_clients
 from outbox.protocol.dead_letter import DeadLetterHeader, dead_letter_headers
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord, encode_op
@@ -85,17 +85,15 @@ class RoundWriter:
         self.group_id = group_id
         self.refusals = refusals
         self.timeout_s = timeout_s
-        self._handle: Producer | None = Producer(
-            log_to_python(
-                {
-                    **config,
-                    "transactional.id": transactional_id,
-                    "transaction.timeout.ms": int(timeout_s * 1000),
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                }
-            )
+        self._handle: Producer | None = kafka_clients.producer(
+            {
+                **config,
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": int(timeout_s * 1000),
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+            }
         )
         init_transactions(self._producer, timeout_s, progress=progress)
         self._open = False

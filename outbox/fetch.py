@@ -13,11 +13,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
+from outbox import kafka_clients
 from outbox.errors import KafkaOperationError, ProtocolError
-from outbox.fork_checks import check_if_forked
-from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 from outbox.protocol.half import HalfRecord, decode_half
 
@@ -34,23 +33,20 @@ class HalfFetcher:
         self.topic = topic
         self.timeout_s = timeout_s
         self.fetches = 0
-        check_if_forked()  # a forked worker whose clients could never connect makes none
-        self._consumer = Consumer(
-            log_to_python(
-                {
-                    **config,
-                    "group.id": "outbox-fetch",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "auto.offset.reset": "error",
-                    "enable.partition.eof": True,
-                    # Reads records that exist: no long poll. With the default 500 ms, the fetch
-                    # left waiting past the records of one lookup held up the first fetch of the
-                    # next: ~500 ms a lookup (measured, one after another: p50 504 ms), which a
-                    # relay pays per transaction whose values it dropped under the memory cap.
-                    "fetch.wait.max.ms": 10,
-                }
-            )
+        self._consumer = kafka_clients.consumer(
+            {
+                **config,
+                "group.id": "outbox-fetch",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "error",
+                "enable.partition.eof": True,
+                # Reads records that exist: no long poll. With the default 500 ms, the fetch
+                # left waiting past the records of one lookup held up the first fetch of the
+                # next: ~500 ms a lookup (measured, one after another: p50 504 ms), which a
+                # relay pays per transaction whose values it dropped under the memory cap.
+                "fetch.wait.max.ms": 10,
+            }
         )
 
     def fetch(self, partition: int, offsets: Sequence[int], txn_id: str) -> list[HalfRecord] | None:

@@ -19,12 +19,12 @@ such locks stop a child's Kafka clients for good, each taken by every client as 
   the send timeout ("Failed to get metadata: Local: Broker transport failure") although Kafka
   was up (seen as a fork test failing about one CI run in eight).
 
-So before a forked process makes each Kafka client (:func:`check_if_forked`, which the library
-calls), :func:`check_forked_process` tries, once per process and each in a thread of its own, one
-lookup that takes glibc's lock (a numeric address, no DNS) and one draw of librdkafka's random
-bytes (a SCRAM credential built and freed, no broker asked), and raises
-:class:`~outbox.errors.ForkedWithLockHeldError` if one does not come back: a clear error instead
-of a worker whose transactions all fail and whose ``close()`` never returns. Such a process
+So before a forked process makes each Kafka client (:func:`check_if_forked`, which
+:mod:`outbox.kafka_clients` calls), :func:`check_forked_process` tries, once per process and each
+in a thread of its own, one lookup that takes glibc's lock (a numeric address, no DNS) and one
+draw of librdkafka's random bytes (a SCRAM credential built and freed, no broker asked), and
+raises :class:`~outbox.errors.ForkedWithLockHeldError` if one does not come back: a clear error
+instead of a worker whose transactions all fail and whose ``close()`` never returns. Such a process
 cannot be mended, only replaced.
 """
 
@@ -60,6 +60,10 @@ _SCRAM_SHA_256 = 1
 
 #: The process that imported this module: one with another pid was forked from it (or from a
 #: child of it), after the Kafka clients of the process it was forked from may have started.
+#: Told by pid, not an at-fork hook, so that a fork from C counts too (:mod:`outbox.forking`).
+#: Not seen: a process forked before ``outbox`` was imported (its parent made no client of ours;
+#: one with clients of its own can call :func:`check_forked_process` in the child); a process
+#: started by ``spawn`` imports afresh and inherits no lock.
 _IMPORTED_IN = os.getpid()
 
 #: What each process's trials hold, by pid: one lock, and each trial by name.
@@ -182,7 +186,7 @@ def check_if_forked(timeout_s: float = FORK_CHECK_TIMEOUT_S) -> None:
     process that imported it, nothing but ``os.getpid()``. The library calls it before it makes
     each Kafka client, so that a forked worker cannot make one that would never connect, whether
     it uses a producer made before the fork or makes its own (Celery's ``worker_process_init``
-    in a master that made one too): the producer's clients, its heartbeat, its readers.
+    in a master that made one too): :mod:`outbox.kafka_clients` calls it for each client.
 
     Raises:
         ForkedWithLockHeldError: as :func:`check_forked_process`.
@@ -195,6 +199,7 @@ _REPLACE = (
     "no Kafka client can connect from this process, so none was made and nothing was sent. "
     "Replace this worker (one forked again is almost always fine): call "
     "outbox.forking.check_forked_process() first thing in each worker and exit when it raises, "
-    "so that the server forks another; or avoid it, making Kafka clients after the fork "
-    "(gunicorn without --preload, Celery's worker_process_init)"
+    "so that the server forks another; or avoid it, making no Kafka client in the process that "
+    "forks (no OutboxProducer, serve_checks or ensure_topics there), only in each worker "
+    "(gunicorn without --preload or in post_fork, Celery's worker_process_init)"
 )

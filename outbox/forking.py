@@ -20,9 +20,8 @@ child for ever.
 
 A process forked while another thread of its parent held a lock inherits it held; two such
 locks (glibc's name lookups, the random generator of the OpenSSL librdkafka links) stop its Kafka
-clients for good. So the library checks for them before it makes each Kafka client in a forked
-process (:func:`~outbox.fork_checks.check_if_forked`), raising a clear error instead
-(:mod:`outbox.fork_checks`).
+clients for good. So each Kafka client is made by :mod:`outbox.kafka_clients`, which checks for
+them first in a forked process, raising a clear error instead (:mod:`outbox.fork_checks`).
 """
 
 from __future__ import annotations
@@ -107,7 +106,8 @@ class PerProcess(Generic[T]):
 
         A child's value being made by another of its threads is waited for, under the lock that
         thread holds: a ``close()`` that answered None there would leave the clients that thread
-        is making open for ever.
+        is making open for ever. (In a child being refused its Kafka clients that wait is their
+        check's, up to :data:`~outbox.fork_checks.FORK_CHECK_TIMEOUT_S`.)
         """
         pid = os.getpid()
         if self._pid == pid:

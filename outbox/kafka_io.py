@@ -26,15 +26,14 @@ from collections.abc import Awaitable, Callable
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import ClusterMetadata  # type: ignore[attr-defined]
 
+from outbox import kafka_clients
 from outbox.errors import (
     HalfSendError,
     KafkaOperationError,
     ProducerClosedError,
     TopicMismatchError,
 )
-from outbox.fork_checks import check_if_forked
 from outbox.half_sender import HalfBatch, HalfSender, PendingHalves
-from outbox.kafka_logging import log_to_python
 from outbox.metrics import ProducerMetrics
 from outbox.op_writer import OpWriter
 from outbox.protocol.op import OpRecord
@@ -61,10 +60,9 @@ class KafkaIO:
             "enable.idempotence": True,
             "acks": "all",
         }
-        check_if_forked()  # a forked worker whose clients could never connect makes none
-        self._producer: Producer | None = Producer(log_to_python(config))
-        self._op_producer: Producer | None = Producer(
-            log_to_python({**config, "linger.ms": settings.op_linger_ms})
+        self._producer: Producer | None = kafka_clients.producer(config)
+        self._op_producer: Producer | None = kafka_clients.producer(
+            {**config, "linger.ms": settings.op_linger_ms}
         )
         self._closed = threading.Event()
         #: The half records (:mod:`outbox.half_sender`).

@@ -70,6 +70,10 @@ class OutboxProducer:
     ``metrics_registry``: where its metrics go; None (the default) is prometheus_client's
     ``REGISTRY`` if it is installed, else no metrics. Producers sharing a registry share its
     collectors, each under its ``group`` label (:mod:`outbox.metrics`).
+
+    Raises:
+        ForkedWithLockHeldError: made in a process forked with a lock held that its Kafka clients
+            need (:mod:`outbox.fork_checks`): replace the process.
     """
 
     def __init__(
@@ -147,6 +151,8 @@ class OutboxProducer:
             WrongFormError: a Session in ``async with``, or an AsyncSession in ``with``.
             ConfigurationError: opened inside another transaction, with another session than
                 that one's, or by a producer that would send otherwise than that one's.
+            ForkedWithLockHeldError: from the first send in a process forked with a lock held
+                that its Kafka clients need (:mod:`outbox.fork_checks`): replace the process.
         """
         return TransactionScope(self, session)
 
@@ -176,6 +182,8 @@ class OutboxProducer:
             ConfigurationError: no secret (unless ``insecure_local``), or nothing to answer
                 with: neither engine nor resolver, and no transaction listener; or Kafka
                 refused the first heartbeat to the registry topic (an ACL missing).
+            ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
+                clients need (:mod:`outbox.fork_checks`): replace the process.
         """
         if is_async_engine(engine):
             raise WrongFormError(
@@ -227,7 +235,9 @@ class OutboxProducer:
         settings' ``check_advertise_url`` and ``check_secret`` (with ``check_previous_secret``).
 
         Its startup (the lifespan's, or ``running()``) raises :class:`ConfigurationError` when
-        Kafka refuses the first heartbeat to the registry topic (an ACL missing).
+        Kafka refuses the first heartbeat to the registry topic (an ACL missing), and
+        :class:`ForkedWithLockHeldError` in a process forked with a lock held that its Kafka
+        clients need (:mod:`outbox.fork_checks`).
 
         Raises:
             ConfigurationError: no secret (unless ``insecure_local``), nothing to answer with,

@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from outbox import kafka_clients
 from outbox.errors import ConfigurationError
-from outbox.fork_checks import check_if_forked
 from outbox.forking import keep
-from outbox.kafka_logging import log_to_python
 from outbox.kafka_permissions import grant_hint, not_allowed
 from outbox.protocol.registry import Registration, encode_registration
 from outbox.settings import OutboxSettings
@@ -66,9 +65,8 @@ class Heartbeat:
         )
         self.topic = settings.topics.registry
         self.interval_s = interval_s
-        check_if_forked()  # a forked worker whose clients could never connect makes none
-        self._producer: Producer | None = Producer(
-            log_to_python({"bootstrap.servers": settings.bootstrap_servers, **settings.kafka})
+        self._producer: Producer | None = kafka_clients.producer(
+            {"bootstrap.servers": settings.bootstrap_servers, **settings.kafka}
         )
         self._stop = threading.Event()
         self._pid = os.getpid()

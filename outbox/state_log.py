@@ -13,11 +13,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, Message, TopicPartition
 
+from outbox import kafka_clients
 from outbox.errors import KafkaOperationError, ProtocolError
-from outbox.fork_checks import check_if_forked
-from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 from outbox.protocol.state import StateOwner, StateValue, decode_state
 from outbox.protocol.topics import TopicNames
@@ -73,18 +72,15 @@ def read_state(
             starts[p], ends[p] = low, high
     if not starts:
         return {}
-    check_if_forked()  # a forked worker whose clients could never connect makes none
-    reader = Consumer(
-        log_to_python(
-            {
-                **config,
-                "group.id": f"{group_id}-state",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-            }
-        )
+    reader = kafka_clients.consumer(
+        {
+            **config,
+            "group.id": f"{group_id}-state",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+        }
     )
     found: dict[str, tuple[int, StateValue]] = {}
     try:

@@ -13,9 +13,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
+from outbox import kafka_clients
 from outbox.errors import KafkaOperationError, TopicMismatchError
-from outbox.fork_checks import check_if_forked
-from outbox.kafka_logging import log_to_python
 from outbox.protocol.topics import (
     OP_CLEANUP_POLICY,
     TopicNames,
@@ -48,11 +47,12 @@ def ensure_topics(
             topic's and its ``min.compaction.lag.ms``; the message says what differs and, for
             the op topic, gives the ``kafka-configs.sh`` command that fixes it in place.
         KafkaOperationError: the broker could not be reached or refused the creation.
+        ForkedWithLockHeldError: called in a process forked with a lock held that its Kafka
+            clients need (:mod:`outbox.fork_checks`).
     """
     names = settings.topics
-    check_if_forked()  # a forked worker whose clients could never connect makes none
-    admin = AdminClient(
-        log_to_python({"bootstrap.servers": settings.bootstrap_servers, **_admin_extra(settings)})
+    admin = kafka_clients.admin(
+        {"bootstrap.servers": settings.bootstrap_servers, **_admin_extra(settings)}
     )
     try:
         existing = _existing_partitions(admin, names, timeout, settings.bootstrap_servers)

@@ -34,9 +34,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from outbox import kafka_clients
 from outbox.closing import close_each
-from outbox.fork_checks import check_if_forked
-from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 
 log = logging.getLogger("outbox")
@@ -53,18 +52,15 @@ class Watermarks:
     """
 
     def __init__(self, config: dict[str, Any], *, renew_after_s: float = 5.0) -> None:
-        self._config = log_to_python(
-            {
-                **config,
-                "group.id": "outbox-watermarks",  # never joined: the client needs a name
-                "enable.auto.commit": False,
-                "isolation.level": "read_uncommitted",
-            }
-        )
+        self._config = {
+            **config,
+            "group.id": "outbox-watermarks",  # never joined: the client needs a name
+            "enable.auto.commit": False,
+            "isolation.level": "read_uncommitted",
+        }
         self._renew_after_s = renew_after_s
         self._lock = threading.Lock()
-        check_if_forked()  # a forked worker whose clients could never connect makes none
-        self._consumer = Consumer(self._config)
+        self._consumer = kafka_clients.consumer(self._config)
         self._made = time.monotonic()
         #: How many times a failed query replaced the client.
         self.renewals = 0
@@ -99,7 +95,7 @@ class Watermarks:
         self._made = time.monotonic()  # a client that cannot be made is tried again later
         reason = err.args[0].str() if err.args else str(err)
         try:
-            fresh = Consumer(self._config)
+            fresh = kafka_clients.consumer(self._config)
         except Exception as failed:  # the query's own error is what the caller handles
             log.warning(
                 "watermarks of %s [%d] not known (%s), and no fresh client: %s",

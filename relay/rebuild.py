@@ -19,8 +19,8 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from outbox import kafka_clients
 from outbox.errors import KafkaOperationError, ProtocolError
-from outbox.kafka_logging import log_to_python
 from outbox.logs import fields
 from outbox.protocol.op import OpRecord, decode_op
 from outbox.protocol.state import Parked, StateOwner
@@ -100,24 +100,22 @@ class OpHistory:
 
     def __init__(self, config: dict[str, Any], topic: str) -> None:
         self.topic = topic
-        self._consumer = Consumer(
-            log_to_python(
-                {
-                    **config,
-                    "group.id": "outbox-relay-rebuild",
-                    "enable.auto.commit": False,
-                    "isolation.level": "read_committed",
-                    "enable.partition.eof": True,
-                    # never jump silently: a read that skipped ops would forget decisions
-                    "auto.offset.reset": "error",
-                    # Reads history that exists: no long poll. With the default 500 ms, the fetch
-                    # left waiting at the end of the partition read before held up the first
-                    # fetch of the next one, half a second per partition of a rebalance
-                    # (measured: a joining relay took 0.5-0.9 s per partition to rebuild 2,500
-                    # ops).
-                    "fetch.wait.max.ms": 10,
-                }
-            )
+        self._consumer = kafka_clients.consumer(
+            {
+                **config,
+                "group.id": "outbox-relay-rebuild",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                # never jump silently: a read that skipped ops would forget decisions
+                "auto.offset.reset": "error",
+                # Reads history that exists: no long poll. With the default 500 ms, the fetch
+                # left waiting at the end of the partition read before held up the first
+                # fetch of the next one, half a second per partition of a rebalance
+                # (measured: a joining relay took 0.5-0.9 s per partition to rebuild 2,500
+                # ops).
+                "fetch.wait.max.ms": 10,
+            }
         )
         try:  # warm: its metadata and connection now, not in the first rebuild of a rebalance
             self._consumer.list_topics(topic, timeout=10)  # (measured: 0.8 s there otherwise)

@@ -13,13 +13,13 @@ import logging
 import threading
 import time
 
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from prometheus_client import Histogram
 
+from outbox import kafka_clients
 from outbox.broker_clock import BrokerClock
 from outbox.closing import close_each
 from outbox.fetch import HalfFetcher
-from outbox.kafka_logging import log_to_python
 from outbox.reading import consume_ready
 from outbox.refused_settings import RefusedSettings, refusing_client_settings
 from outbox.service_health import Health
@@ -96,7 +96,7 @@ class Session:
         self.health.touch()
         config = base_config(settings)
         with refusing_client_settings(ENV_PREFIX):  # made anew each session: refused for good
-            producer = Producer(log_to_python(producer_config(settings)))
+            producer = kafka_clients.producer(producer_config(settings))
             history = OpHistory(config, self.names.op)
             fetcher = HalfFetcher(config, self.names.half)
             watermarks = Watermarks(config)
@@ -119,7 +119,7 @@ class Session:
             self.health.touch()
             member_config = consumer_config(settings)
             with refusing_client_settings(ENV_PREFIX):
-                consumer = Consumer(log_to_python(member_config))
+                consumer = kafka_clients.consumer(member_config)
             consumer.subscribe(
                 [self.names.half, self.names.op],
                 on_assign=rebalance.on_assign,

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AclOperation, AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AclOperation, NewTopic  # type: ignore[attr-defined]
 
-from outbox.kafka_logging import log_to_python
+from outbox import kafka_clients
 
 log = logging.getLogger("relay")
 
@@ -52,7 +52,7 @@ class TopicCache:
         touch: Callable[[], None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._admin = admin if admin is not None else AdminClient(log_to_python(config))
+        self._admin = admin if admin is not None else kafka_clients.admin(config)
         self.refresh_s = refresh_s
         self.miss_refresh_s = miss_refresh_s
         self.auto_create = auto_create

@@ -19,7 +19,7 @@ from typing import Any
 
 from outbox.checks.async_resolver import AsyncFencedResolver
 from outbox.checks.resolver import Resolver, State
-from outbox.errors import ConfigurationError
+from outbox.errors import ConfigurationError, ForkedWithLockHeldError
 from outbox.fetch import HalfFetcher
 from outbox.forking import PerProcess
 from outbox.logs import fields
@@ -145,6 +145,8 @@ class OmittedValues:
                 if reading.fetcher is None:
                     reading.fetcher = HalfFetcher(self.config, self.half_topic, timeout_s=5.0)
                 found = reading.fetcher.fetch(half.partition, [half.original_offset], check.txn_id)
+        except ForkedWithLockHeldError:  # this process can never read it: its error, not "gone"
+            raise
         except Exception:
             log.exception(
                 "reading back the half value of %s failed",

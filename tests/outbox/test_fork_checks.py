@@ -13,13 +13,17 @@
   test failing about one CI run in eight: its broker threads waited for that lock in
   ``rd_jitter``, seen with gdb), and its ``close()`` waited for those threads.
 
-Now it refuses at once, saying why. The parent here keeps threads looking ``localhost`` up, or
-starting threads that each draw librdkafka's random bytes once, while it forks, standing in for
-its Kafka clients connecting at that instant; about one fork in four lands inside a lookup, one
-in a hundred inside a seeding (measured). Workers are forked in rounds until both kinds were
-seen. SQLite only: on PostgreSQL at ``localhost`` the stuck worker's database driver would wait
-for glibc's lock too, before the outbox is reached; that is the driver's, not the outbox's, to
-report.
+Now it refuses at once, saying why: before each Kafka client it makes, whether it uses the producer
+made before the fork (refused at its first send, and in every other form it then tries: the
+decorator, the RocketMQ-style listener, the asyncio forms, its check endpoint's start) or makes its
+own (refused by the constructor; before, its clients never connected and its ``close()`` never
+returned, as did the check endpoint's heartbeat's). The parent here keeps threads looking
+``localhost`` up, or starting threads that each draw librdkafka's random bytes once, while it
+forks, standing in for its Kafka clients connecting at that instant; about one fork in four lands
+inside a lookup, one in a hundred inside a seeding (measured). Workers are forked in rounds until
+both kinds were seen. SQLite only: on PostgreSQL at ``localhost`` the stuck worker's database
+driver would wait for glibc's lock too, before the outbox is reached; that is the driver's, not the
+outbox's, to report.
 """
 
 from __future__ import annotations
@@ -259,9 +263,9 @@ def test_a_worker_forked_with_a_lock_held_refuses_at_once_and_the_others_deliver
     # (the parent's own clients may still meet the other lock, however rarely)
     refused = {r[1] for r in results if r[0].startswith("ForkedDuring")}
     assert committed | refused == {r[1] for r in results}, reported
-    refused |= {oid for r in results for oid in r[5]}  # the other forms' orders
     took_s = time.monotonic() - began
     print(f"workers: {len(committed)} committed, {len(refused)} refused ({parent}, {took_s:.0f} s)")
+    refused |= {oid for r in results for oid in r[5]}  # the other forms' orders
     assert any(r[0].startswith(refused_by) for r in results), f"none of {len(results)} stuck"
     assert committed, reported
     forms = ["decorator", "listener", "asyncio", "asyncio listener", "check app"]
