@@ -29,7 +29,7 @@ from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
-from outbox.errors import ConfigurationError, OutboxError
+from outbox.errors import ConfigurationError, ForkedWithLockHeldError, OutboxError
 from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
 
@@ -81,6 +81,8 @@ class Checker:
         Raises:
             ConfigurationError: librdkafka or the brokers refuse a ``kafka`` setting for good
                 (:mod:`outbox.refused_settings`): no new session would pass it.
+            ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
+                clients need (:mod:`outbox.fork_checks`): replace the process.
         """
         while not self._closed.is_set():
             self.health.touch()  # a session starting is the loop turning
@@ -91,6 +93,9 @@ class Checker:
                 self._new_session().run()
             except ConfigurationError as err:
                 refused = str(err)
+            except ForkedWithLockHeldError as err:  # no session of this process ever connects
+                self.health.set_ready(False, str(err))
+                raise
             except (Restart, RoundFailed, KafkaException, OutboxError) as err:
                 self.health.set_ready(False, f"restarting after: {err}")
                 log.error("checker session ended (%s); starting a new one", err)

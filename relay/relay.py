@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
-from outbox.errors import ConfigurationError, OutboxError
+from outbox.errors import ConfigurationError, ForkedWithLockHeldError, OutboxError
 from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
@@ -89,6 +89,8 @@ class Relay:
         Raises:
             ConfigurationError: librdkafka or the brokers refuse a ``kafka`` setting for good
                 (:mod:`outbox.refused_settings`): no new session would pass it.
+            ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
+                clients need (:mod:`outbox.fork_checks`): replace the process.
         """
         if self.settings.http_port and self._http is None:
             self._http = ServiceEndpoint(
@@ -152,6 +154,9 @@ class Relay:
             self._failure = None
         except ConfigurationError as err:
             refused = str(err)
+        except ForkedWithLockHeldError as err:  # no session of this process ever connects
+            self.health.set_ready(False, str(err))
+            raise
         except (Restart, KafkaException, OutboxError) as err:
             self.health.set_ready(False, f"restarting after: {err}")
             # as text: a log record a handler keeps must not keep the traceback (and with it

@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session, sessionmaker
 
 import outbox
+from checker import Checker
 from outbox import (
     AsyncTransactionalProducer,
     LocalTransactionState,
@@ -55,7 +56,8 @@ from outbox import (
     TransactionalProducer,
 )
 from outbox.fork_checks import FORK_CHECK_TIMEOUT_S, SEEDS_FROM_OPENSSL
-from tests.checker.test_checker import checker_and_relay
+from relay import Relay, RelaySettings
+from tests.checker.test_checker import checker_and_relay, checker_settings
 from tests.kafka_helpers import create_topic, unique
 from tests.outbox.test_asyncio import async_factory
 from tests.outbox.test_forking import in_workers
@@ -226,6 +228,8 @@ def test_a_worker_forked_with_a_lock_held_refuses_at_once_and_the_others_deliver
         closing = time.monotonic()
         if own is not None:
             own.close()  # a worker's shutdown hook
+        if own is None:  # refused by the constructor: said so
+            outcome += " (making the producer)"
         return outcome, order_id, ended - began, time.monotonic() - closing, walked, attempted
 
     if busy is seed:
@@ -274,6 +278,8 @@ def test_a_worker_forked_with_a_lock_held_refuses_at_once_and_the_others_deliver
             assert "forked from process" in outcome and "worker_process_init" in outcome
             assert took < FORK_CHECK_TIMEOUT_S + 3, outcome
             kind = outcome.split(":")[0]
+            # refused by the producer's constructor when made in the worker
+            assert outcome.endswith(" (making the producer)") == (made == "in the worker")
             if made == "before the fork":
                 assert [form for form, _, _ in walked] == forms, walked
                 for form, said, form_took in walked:
@@ -291,3 +297,41 @@ def test_a_worker_forked_with_a_lock_held_refuses_at_once_and_the_others_deliver
     halves = {h.txn_id for h in topics.halves()}
     decided = {op.txn_id for op in topics.ops()}
     assert halves <= decided
+
+
+def _never(*args: object, **kwargs: object) -> object:
+    """A lookup that never answers: what every lookup is in a process forked during one."""
+    threading.Event().wait()
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("service", ["relay", "checker"])
+def test_a_relay_or_checker_forked_with_a_lock_held_exits_for_its_replacement(
+    service: str, kafka_bootstrap: str
+) -> None:
+    prefix = unique("__outbox-test")
+
+    def in_child(_: int) -> tuple[str, float]:
+        # Given a service forked from a process that imported outbox, where no lookup answers
+        # (this child's own Python lookups, standing in for glibc's lock inherited held)
+        socket.getaddrinfo = _never  # type: ignore[assignment]  # this child's only
+        began = time.monotonic()
+        # When it runs
+        try:
+            if service == "relay":
+                Relay(RelaySettings(bootstrap_servers=kafka_bootstrap, topic_prefix=prefix)).run()
+            else:
+                Checker(checker_settings(kafka_bootstrap, prefix)).run()
+            outcome = "returned"
+        except Exception as err:
+            outcome = f"{type(err).__name__}: {err}"
+        return outcome, time.monotonic() - began
+
+    [reported] = in_workers(in_child, [os.fork], timeout=30, fork_again_if_stuck=0)
+    # Then it raises the refusal once, so that its supervisor replaces the process, instead of
+    # starting session after session that each fail the same way (before: "hung", looping)
+    assert isinstance(reported, tuple), reported
+    outcome, took = reported
+    assert outcome.startswith("ForkedDuringNameLookupError:"), outcome
+    assert took < FORK_CHECK_TIMEOUT_S + 5, took
