@@ -30,6 +30,7 @@ from checker.writer import Refusals, RoundFailed
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
 from outbox.errors import ConfigurationError, ForkedWithLockHeldError, OutboxError
+from outbox.fork_checks import check_if_forked
 from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
 
@@ -84,6 +85,7 @@ class Checker:
             ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
                 clients need (:mod:`outbox.fork_checks`): replace the process.
         """
+        check_if_forked()  # first, not as a failed session to start again
         while not self._closed.is_set():
             self.health.touch()  # a session starting is the loop turning
             self.sessions += 1

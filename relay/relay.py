@@ -25,6 +25,7 @@ from confluent_kafka import KafkaException
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
 from outbox.errors import ConfigurationError, ForkedWithLockHeldError, OutboxError
+from outbox.fork_checks import check_if_forked
 from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
 from outbox.service_http import ServiceEndpoint
@@ -92,6 +93,7 @@ class Relay:
             ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
                 clients need (:mod:`outbox.fork_checks`): replace the process.
         """
+        check_if_forked()  # first: before the endpoint, whose bind looks its host up
         if self.settings.http_port and self._http is None:
             self._http = ServiceEndpoint(
                 live=self.live,
@@ -154,8 +156,7 @@ class Relay:
             self._failure = None
         except ConfigurationError as err:
             refused = str(err)
-        except ForkedWithLockHeldError as err:  # no session of this process ever connects
-            self.health.set_ready(False, str(err))
+        except ForkedWithLockHeldError:  # no session of this process ever connects
             raise
         except (Restart, KafkaException, OutboxError) as err:
             self.health.set_ready(False, f"restarting after: {err}")

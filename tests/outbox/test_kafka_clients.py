@@ -17,7 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What the product runs (``outbox/testing`` is tooling for tests; the CLI's clients are its own).
 PACKAGES = ("outbox", "relay", "checker")
 EXEMPT = {Path("outbox/kafka_clients.py")}
-CLIENTS = {"Producer", "Consumer", "AdminClient", "SerializingProducer", "DeserializingConsumer"}
+CLIENTS = {
+    *("Producer", "Consumer", "AdminClient", "SerializingProducer", "DeserializingConsumer"),
+    *("ShareConsumer", "DeserializingShareConsumer"),
+    *("AIOProducer", "AIOConsumer", "AsyncSerializingProducer", "AsyncDeserializingConsumer"),
+}
 
 
 def _client_calls(path: Path) -> list[str]:
