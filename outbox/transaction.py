@@ -140,6 +140,8 @@ class OutboxTransaction:
             InvalidMessageError: bad input (a specific subclass); nothing was sent.
             HalfSendError: Kafka did not acknowledge it; the transaction must not commit.
             TransactionFencedError: a check fenced this transaction id (first send only).
+            ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
+                clients need (:mod:`outbox.fork_checks`); nothing was sent.
         """
         message = self.build(
             topic,
@@ -165,6 +167,7 @@ class OutboxTransaction:
         Raises:
             InvalidMessageError: a bad message (a specific subclass); nothing was sent.
             HalfSendError: Kafka did not acknowledge them; the transaction must not commit.
+            ForkedWithLockHeldError: as :meth:`send`.
         """
         built = self.build_batch(messages, serializer, key_serializer)
         return self.send_messages(built, count=None)

@@ -130,6 +130,9 @@ class TransactionalProducer:
             ConfigurationError: in a process forked from the one serving the checks, the
                 transaction could not be marked as executing (:mod:`outbox.checks.executing`);
                 nothing was sent.
+            ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
+                clients need (:mod:`outbox.fork_checks`); nothing was sent and the local
+                transaction not run.
             WrongFormError: ``execute_local_transaction`` returned a coroutine, which this
                 synchronous form cannot run: it is closed, and the transaction left to the
                 check (no op: the listener's own code may have committed before it returned).
@@ -210,7 +213,8 @@ class AsyncTransactionalProducer:
             InvalidMessageError: bad input; nothing was sent and the local transaction not run.
             HalfSendError: not acknowledged; the local transaction was not run, and its
                 ROLLBACK op was written (as for a cancellation during the send).
-            ConfigurationError: as for :meth:`TransactionalProducer.send_message_in_transaction`.
+            ConfigurationError, ForkedWithLockHeldError: as for
+                :meth:`TransactionalProducer.send_message_in_transaction`.
         """
         messages = _messages(msg)
         # The listener's async check_local_transaction runs on this loop (the check endpoint
