@@ -29,7 +29,7 @@ from checker.tracker import Tracker
 from checker.writer import Refusals, RoundFailed
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
-from outbox.errors import ConfigurationError, ForkedWithLockHeldError, OutboxError
+from outbox.errors import ConfigurationError, OutboxError
 from outbox.fork_checks import check_if_forked
 from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
@@ -85,7 +85,7 @@ class Checker:
             ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
                 clients need (:mod:`outbox.fork_checks`): replace the process.
         """
-        check_if_forked()  # first, not as a failed session to start again
+        check_if_forked()  # first, not as a failed session: every session then passes it
         while not self._closed.is_set():
             self.health.touch()  # a session starting is the loop turning
             self.sessions += 1
@@ -95,9 +95,6 @@ class Checker:
                 self._new_session().run()
             except ConfigurationError as err:
                 refused = str(err)
-            except ForkedWithLockHeldError as err:  # no session of this process ever connects
-                self.health.set_ready(False, str(err))
-                raise
             except (Restart, RoundFailed, KafkaException, OutboxError) as err:
                 self.health.set_ready(False, f"restarting after: {err}")
                 log.error("checker session ended (%s); starting a new one", err)

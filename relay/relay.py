@@ -24,7 +24,7 @@ from confluent_kafka import KafkaException
 
 from outbox import tracing
 from outbox.broker_clock import BrokerClock
-from outbox.errors import ConfigurationError, ForkedWithLockHeldError, OutboxError
+from outbox.errors import ConfigurationError, OutboxError
 from outbox.fork_checks import check_if_forked
 from outbox.refused_settings import refusing_client_settings
 from outbox.service_health import Health
@@ -93,7 +93,7 @@ class Relay:
             ForkedWithLockHeldError: this process was forked with a lock held that its Kafka
                 clients need (:mod:`outbox.fork_checks`): replace the process.
         """
-        check_if_forked()  # first: before the endpoint, whose bind looks its host up
+        check_if_forked()  # first (before the endpoint binds): every session then passes it
         if self.settings.http_port and self._http is None:
             self._http = ServiceEndpoint(
                 live=self.live,
@@ -156,8 +156,6 @@ class Relay:
             self._failure = None
         except ConfigurationError as err:
             refused = str(err)
-        except ForkedWithLockHeldError:  # no session of this process ever connects
-            raise
         except (Restart, KafkaException, OutboxError) as err:
             self.health.set_ready(False, f"restarting after: {err}")
             # as text: a log record a handler keeps must not keep the traceback (and with it
