@@ -8,8 +8,8 @@ group has been live for ``no_producer_timeout_s``, the transaction is given up: 
 and its messages with the reason on the dead-letter topic.
 
 This module is the service's life cycle: the parts that outlive a session (statistics, circuit
-breakers, refusals, the check client, health) are made here and handed to each session
-(:mod:`checker.session`), which a failure ends and the next one replaces.
+breakers, refusals, the check client, health, the registry's reader) are made here and handed to
+each session (:mod:`checker.session`), which a failure ends and the next one replaces.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from confluent_kafka import KafkaException
 
 from checker.breaker import Breaker
 from checker.client import CheckClient
+from checker.instances import LiveInstances
 from checker.plan import CheckerStats
 from checker.session import Restart, Session
 from checker.settings import ENV_PREFIX, CheckerSettings
@@ -57,6 +58,13 @@ class Checker:
         self.refusals = Refusals()
         self.health = Health("checker")
         self.sessions = 0
+        #: Which producer instances are live (the registry's reader). It outlives a session: a
+        #: session that fails during a registry outage (its group coordinator on the same broker,
+        #: say) must not forget the outage - a new reader knew nothing of it, so readiness no
+        #: longer said how long the registry had been away, and once it was back, checks went
+        #: out at once, without the grace after a lapse for the heartbeats the producers could
+        #: not write (:mod:`checker.registry_currency`). Each new session renews its clients.
+        self.instances: LiveInstances | None = None
         self._closed = threading.Event()
         self.breakers: dict[str, Breaker] = defaultdict(
             lambda: Breaker(
@@ -86,6 +94,14 @@ class Checker:
                 clients need (:mod:`outbox.fork_checks`): replace the process.
         """
         check_if_forked()  # first, not as a failed session: every session then passes it
+        try:
+            self._sessions()
+        finally:
+            instances, self.instances = self.instances, None
+            if instances is not None:
+                instances.close()
+
+    def _sessions(self) -> None:
         while not self._closed.is_set():
             self.health.touch()  # a session starting is the loop turning
             self.sessions += 1
@@ -104,9 +120,19 @@ class Checker:
                 raise ConfigurationError(refused)
 
     def _new_session(self) -> Session:
-        """A session's clients are made anew each time: settings librdkafka refuses to make
-        them of are refused for good (:mod:`outbox.refused_settings`)."""
+        """A session's clients are made anew each time (the registry reader's too, its view
+        kept): settings librdkafka refuses to make them of are refused for good
+        (:mod:`outbox.refused_settings`)."""
         with refusing_client_settings(ENV_PREFIX):
+            if self.instances is None:
+                self.instances = LiveInstances(
+                    self.settings.client_config,
+                    self.names.registry,
+                    self.settings.registry_ttl_s,
+                    clock=self.clock,
+                )
+            else:
+                self.instances.renew()
             return Session(
                 self.settings,
                 self.tracker,
@@ -114,6 +140,7 @@ class Checker:
                 refusals=self.refusals,
                 breakers=self.breakers,
                 stats=self.stats,
+                instances=self.instances,
                 health=self.health,
                 closed=self._closed,
                 clock=self.clock,

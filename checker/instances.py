@@ -7,7 +7,7 @@ import random
 import time
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from checker.registry_currency import RegistryCurrency
 from outbox import kafka_clients
@@ -60,16 +60,27 @@ class LiveInstances:
     ) -> None:
         self.ttl_ms = int(ttl_s * 1000)
         self.currency = RegistryCurrency(topic, ttl_s)
-        # asks the registry's leader for its end: a client that never fetches, so the question
-        # does not queue behind a fetch waiting for records (fetch.wait.max.ms), and of its
-        # own, so that a registry without a leader does not renew the session's other client
-        self._watermarks = Watermarks(config)
         self.clock = clock or BrokerClock()
         self._seen: dict[bytes, tuple[Registration, int]] = {}
         self.topic = topic
-        self._consumer = kafka_clients.consumer(
+        self._config = config
+        self._next = 0  # the next offset to read
+        self._consumer, self._watermarks = self._clients()
+        self._at_end = False
+        self._fetched = False  # a fetch answered (a record, or the end) since the last assign
+        self._refused: str | None = None
+        self._refused_code: int | None = None  # logged once a refusal, per cause
+        self._stale = False  # refused since the last assign: what comes was fetched before
+        self._asked_again = time.monotonic()  # not at start: a start reads on undisturbed
+
+    def _clients(self) -> tuple[Consumer, Watermarks]:
+        """The reader's consumer, assigned at the next offset to read, and the client that asks
+        the registry's leader for its end: one that never fetches, so the question does not
+        queue behind a fetch waiting for records (fetch.wait.max.ms), and of its own, so that a
+        registry without a leader does not renew the reader's other client."""
+        consumer = kafka_clients.consumer(
             {
-                **config,
+                **self._config,
                 "group.id": "outbox-checker-registry",
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,  # read to its end: "none live" is known
@@ -78,14 +89,27 @@ class LiveInstances:
                 "auto.offset.reset": "earliest",
             }
         )
-        self._consumer.assign([TopicPartition(topic, 0, 0)])
-        self._at_end = False
-        self._fetched = False  # a fetch answered (a record, or the end) since the last assign
-        self._refused: str | None = None
-        self._refused_code: int | None = None  # logged once a refusal, per cause
-        self._stale = False  # refused since the last assign: what comes was fetched before
-        self._next = 0  # the next offset to read
-        self._asked_again = time.monotonic()  # not at start: a start reads on undisturbed
+        try:
+            consumer.assign([TopicPartition(self.topic, 0, self._next)])
+            return consumer, Watermarks(self._config)
+        except BaseException:
+            close_each((consumer.close,), log, "the registry reader's new consumer")
+            raise
+
+    def renew(self) -> None:
+        """Read on from the next offset with new Kafka clients, the view kept (what was read,
+        since when it is known read to its end, a lapse). Each new session of the checker does
+        this: the reader outlives the sessions, whose clients are made anew, and a client broken
+        without a word (a certificate rotated since it connected) is healed as theirs are."""
+        consumer, watermarks = self._clients()
+        old, self._consumer, self._watermarks = (
+            (self._consumer.close, self._watermarks.close),
+            consumer,
+            watermarks,
+        )
+        self._fetched, self._stale = False, False  # as when assigned again (_ask_again)
+        self.currency.renewed()
+        close_each(old, log, "the registry reader's old Kafka clients")
 
     @property
     def unread(self) -> str | None:
@@ -242,4 +266,4 @@ class LiveInstances:
         return live[:n]
 
     def close(self) -> None:
-        close_each((self._consumer.close, self._watermarks.close), log)
+        close_each((self._consumer.close, self._watermarks.close), log, "the registry's reader")

@@ -91,6 +91,13 @@ class RegistryCurrency:
         nothing of what it will read."""
         self._asked = []
 
+    def renewed(self) -> None:
+        """The reader reads on with new clients (a new session's): what was asked before is
+        forgotten, and the end is asked at once - the old client's questions going unanswered
+        say nothing of the new one's."""
+        self.forget()
+        self._misses, self._asked_at = 0, float("-inf")
+
     def due(self) -> bool:
         """Whether the end should be asked now: every :attr:`ask_every_s`, and while the view
         has lapsed and questions go unanswered at doubling intervals from 5 s up to

@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 from confluent_kafka import (
     Consumer,
@@ -64,7 +63,7 @@ class Session:
     Args:
         settings: the checker's settings.
         tracker: this session's undecided transactions (new for each session).
-        client, refusals, breakers, stats: the parts that outlive a session.
+        client, refusals, breakers, stats, instances: the parts that outlive a session.
         health: what ``/healthz`` and ``/readyz`` answer; the loop keeps it current.
         closed: set when the checker is asked to stop; the loop then returns.
         clock: the broker's time, fed by this session's reads of every topic it reads.
@@ -79,6 +78,7 @@ class Session:
         refusals: Refusals,
         breakers: dict[str, Breaker],
         stats: CheckerStats,
+        instances: LiveInstances,
         health: Health,
         closed: threading.Event,
         clock: BrokerClock,
@@ -90,9 +90,10 @@ class Session:
         self.stats = stats
         self.health = health
         self.closed = closed
-        config = self._config()
+        config = self.settings.client_config
         # The writer first: its init_transactions fences this instance's previous session, and
-        # nothing else is open yet should it fail.
+        # nothing else of the session is open yet should it fail (the registry's reader is the
+        # checker's).
         self.writer = RoundWriter(
             config,
             self.names,
@@ -107,9 +108,7 @@ class Session:
         consumer_config = group_member_config(settings.group_id, config)
         self.consumer = kafka_clients.consumer(consumer_config)
         self.refused = RefusedSettings(consumer_config, ENV_PREFIX)
-        self.instances = LiveInstances(
-            config, self.names.registry, settings.registry_ttl_s, clock=clock
-        )
+        self.instances = instances
         self.fetcher = HalfFetcher(config, self.names.half)
         self.watermarks = Watermarks(config)
         #: None once the session has ended (:meth:`run` lets go of it).
@@ -140,9 +139,6 @@ class Session:
             "checker", settings.group_id, (self.names.half, self.names.op), log
         )
 
-    def _config(self) -> dict[str, Any]:
-        return {"bootstrap.servers": self.settings.bootstrap_servers, **self.settings.kafka}
-
     def run(self) -> None:
         self.consumer.subscribe(
             [self.names.half, self.names.op], on_assign=self._on_assign, on_revoke=self._on_revoke
@@ -172,7 +168,6 @@ class Session:
                 (
                     self.writer.close,
                     self.consumer.close,
-                    self.instances.close,
                     self.fetcher.close,
                     self.watermarks.close,
                 ),
@@ -193,7 +188,7 @@ class Session:
             turned = self.health.touch
             found = starts(consumer, self.names, numbers, slack_ms=slack_ms, progress=turned)
             counts = restore_counts(
-                self._config(),
+                self.settings.client_config,
                 self.names,
                 self.settings.group_id,
                 numbers,

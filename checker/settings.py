@@ -169,6 +169,11 @@ class CheckerSettings:
         return max(self.stuck_exit_s, self.liveness_limit_s)
 
     @property
+    def client_config(self) -> dict[str, Any]:
+        """librdkafka settings every Kafka client of the checker starts from."""
+        return {"bootstrap.servers": self.bootstrap_servers, **self.kafka}
+
+    @property
     def transactional_id(self) -> str:
         return f"{self.group_id}-{self.instance_id}"
 

@@ -27,6 +27,8 @@ from outbox.testing.settings import HarnessSettings
 SIZE = 3
 MIN_INSYNC = 2
 TRANSACTION_STATE_PARTITIONS = 4
+#: Partitions of ``__consumer_offsets``: a group's coordinator is one of their leaders.
+OFFSETS_PARTITIONS = 4
 # Three brokers, a relay pair, checkers, PostgreSQL and Spark share two cores and the memory.
 NODE_HEAP = "-Xmx512m"
 
@@ -56,7 +58,7 @@ def cluster_properties(*, node_id: int, port: int, voters: str, log_dir: Path) -
             f"default.replication.factor={SIZE}",
             f"min.insync.replicas={MIN_INSYNC}",
             f"offsets.topic.replication.factor={SIZE}",
-            "offsets.topic.num.partitions=4",
+            f"offsets.topic.num.partitions={OFFSETS_PARTITIONS}",
             f"transaction.state.log.replication.factor={SIZE}",
             f"transaction.state.log.min.isr={MIN_INSYNC}",
             f"transaction.state.log.num.partitions={TRANSACTION_STATE_PARTITIONS}",

@@ -150,6 +150,26 @@ def test_unanswered_questions_while_lapsed_are_asked_again_less_and_less_often(
     assert currency.due()
 
 
+def test_new_clients_are_asked_for_the_end_at_once_the_lapse_kept(
+    currency: RegistryCurrency, clock: Clock
+) -> None:
+    confirmed_by_eof(currency, clock)
+    # Given a lapse whose questions went unanswered, the next one due in 40 s
+    clock.now += 20
+    currency.update()
+    for _ in range(3):
+        while not currency.due():
+            clock.now += 0.5
+        assert not currency.answered(currency.asking(), None, 0)
+    assert not currency.due()
+    # When a new session renews the reader's clients
+    currency.renewed()
+    # Then the end is asked at once, and the view still says since when it is not known
+    assert currency.due()
+    currency.update()
+    assert currency.reason is not None and "was last known read" in currency.reason
+
+
 def test_while_lapsed_a_short_ttl_still_waits_5_s_between_unanswered_questions(
     clock: Clock,
 ) -> None:
