@@ -212,7 +212,9 @@ class CheckRound:
                 return
             if result.asked:
                 self._trip(group, [True] * len(entries), now_ms)
-            self._unreachable(entries, now_ms, str(result), plan)
+            # only the tracker's entries: one read again meanwhile (below) is due again, and a
+            # GIVEN_UP must name and dead-letter every record of the transaction
+            self._unreachable([e for e in entries if self._current(e)], now_ms, str(result), plan)
             return
         self.stats.checks += len(entries)
         unknown = [result[e.txn_id] is LocalTransactionState.UNKNOWN for e in entries]
@@ -222,8 +224,16 @@ class CheckRound:
             log.warning("half partitions not read to their end in time; answers applied later")
             return  # still due: checked again next round, no attempt counted
         for entry in entries:
-            if entry.txn_id in self.tracker.pending:  # not decided meanwhile by another op
+            # Still the tracker's entry: not decided meanwhile by another op, nor read again
+            # into a new one by a rebalance served while the halves were read to their end (the
+            # same partition given back) - the entry asked about may miss records the new one
+            # has, and a COMMIT names exactly the records of the entry it is decided on. A
+            # replaced entry is due, and asked again next round.
+            if self._current(entry):
                 self._answered(entry, result[entry.txn_id], now_ms, plan)
+
+    def _current(self, entry: Pending) -> bool:
+        return self.tracker.pending.get(entry.txn_id) is entry
 
     def _trip(self, group: str, bad: list[bool], now_ms: int) -> None:
         breaker = self.breakers[group]
