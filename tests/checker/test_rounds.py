@@ -14,7 +14,7 @@ rest lost without a word (found by the Spark audit of the three-broker fault tes
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -66,6 +66,28 @@ class OneInstance:
         return ["instance"] if group == "orders" else []
 
 
+def check_round(
+    tracker: Tracker,
+    read_halves_to_end: Callable[[set[int]], bool],
+    pool: ThreadPoolExecutor,
+    **settings: Any,
+) -> CheckRound:
+    """The real round, its producers :class:`Committed`, its registry :class:`OneInstance`."""
+    return CheckRound(
+        CheckerSettings(bootstrap_servers="127.0.0.1:9092", insecure_local=True, **settings),
+        tracker,
+        client=Committed(),  # type: ignore[arg-type]
+        instances=OneInstance(),  # type: ignore[arg-type]
+        fetcher=None,  # type: ignore[arg-type]
+        breakers=defaultdict(Breaker),
+        refusals=Refusals(),
+        stats=CheckerStats(),
+        caught_up=lambda partitions: partitions,
+        read_halves_to_end=read_halves_to_end,
+        pool=pool,
+    )
+
+
 def test_a_rebalance_during_the_read_to_the_end_does_not_commit_part_of_a_transaction() -> None:
     tracker = Tracker(timeout_ms=6_000, interval_ms=30_000)
     tracker.reading_from(PARTITION, 3600)
@@ -86,19 +108,7 @@ def test_a_rebalance_during_the_read_to_the_end_does_not_commit_part_of_a_transa
         return True
 
     pool = ThreadPoolExecutor(1)
-    round_ = CheckRound(
-        CheckerSettings(bootstrap_servers="127.0.0.1:9092", insecure_local=True),
-        tracker,
-        client=Committed(),  # type: ignore[arg-type]
-        instances=OneInstance(),  # type: ignore[arg-type]
-        fetcher=None,  # type: ignore[arg-type]
-        breakers=defaultdict(Breaker),
-        refusals=Refusals(),
-        stats=CheckerStats(),
-        caught_up=lambda partitions: partitions,
-        read_halves_to_end=read_halves_to_end,
-        pool=pool,
-    )
+    round_ = check_round(tracker, read_halves_to_end, pool)
     try:
         # When the producer answers COMMIT and the group rebalances during the read to the end
         first = round_.plan(now_ms=10_000)
@@ -141,21 +151,7 @@ def test_a_rebalance_during_the_read_to_the_end_gives_up_no_part_of_a_transactio
         return True
 
     pool = ThreadPoolExecutor(2)
-    round_ = CheckRound(
-        CheckerSettings(
-            bootstrap_servers="127.0.0.1:9092", insecure_local=True, no_producer_timeout_s=1
-        ),
-        tracker,
-        client=Committed(),  # type: ignore[arg-type]
-        instances=OneInstance(),  # type: ignore[arg-type]
-        fetcher=None,  # type: ignore[arg-type]
-        breakers=defaultdict(Breaker),
-        refusals=Refusals(),
-        stats=CheckerStats(),
-        caught_up=lambda partitions: partitions,
-        read_halves_to_end=read_halves_to_end,
-        pool=pool,
-    )
+    round_ = check_round(tracker, read_halves_to_end, pool, no_producer_timeout_s=1)
     try:
         first = round_.plan(now_ms=10_000)
         assert rebalanced == [PARTITION]
