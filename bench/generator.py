@@ -208,6 +208,9 @@ class LoadGenerator:
         self._conns: list[Connection] = []
 
     def start(self) -> None:
+        """One process after the other, each ready before the next starts: on SQLite the first
+        connection switches the file to WAL, which takes an exclusive lock that a second process
+        connecting at the same moment met as "database is locked" (its busy timeout not asked)."""
         for index in range(self.processes):
             parent, child = self._ctx.Pipe()
             proc = self._ctx.Process(
@@ -217,12 +220,14 @@ class LoadGenerator:
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)
-        for index, conn in enumerate(self._conns):
-            if not conn.poll(START_TIMEOUT_S):
-                raise RuntimeError(f"generator process {index} not ready in {START_TIMEOUT_S} s")
-            status, detail = conn.recv()
-            if status != "ready":
-                raise RuntimeError(f"generator process {index} failed to start: {detail}")
+            self._ready(index, parent)
+
+    def _ready(self, index: int, conn: Connection) -> None:
+        if not conn.poll(START_TIMEOUT_S):
+            raise RuntimeError(f"generator process {index} not ready in {START_TIMEOUT_S} s")
+        status, detail = conn.recv()
+        if status != "ready":
+            raise RuntimeError(f"generator process {index} failed to start: {detail}")
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs if p.pid is not None and p.is_alive()]
