@@ -101,12 +101,8 @@ class LiveInstances:
         since when it is known read to its end, a lapse). Each new session of the checker does
         this: the reader outlives the sessions, whose clients are made anew, and a client broken
         without a word (a certificate rotated since it connected) is healed as theirs are."""
-        consumer, watermarks = self._clients()
-        old, self._consumer, self._watermarks = (
-            (self._consumer.close, self._watermarks.close),
-            consumer,
-            watermarks,
-        )
+        old = (self._consumer.close, self._watermarks.close)
+        self._consumer, self._watermarks = self._clients()
         self._fetched, self._stale = False, False  # as when assigned again (_ask_again)
         self.currency.renewed()
         close_each(old, log, "the registry reader's old Kafka clients")
