@@ -1,7 +1,12 @@
 """The end offsets of the half partitions a checker reads to their end before it writes a COMMIT.
 
 Asked of the admin client first (one ListOffsets request per leader, read uncommitted). A
-partition it cannot answer for is asked of a consumer, one partition at a time: on a
+partition it cannot answer for is asked of a consumer, one partition at a time. An answer is an
+offset of 0 or more: when a leader's reply fails as a whole (the broker down or frozen, its
+reply later than ``timeout``), librdkafka 2.16's admin client answers that leader's partitions
+with offset -1001 (``OFFSET_INVALID``) and no error - an end every read position passes, so a
+COMMIT was written naming only the half records read so far, and the relay delivered part of a
+committed transaction (the three-broker fault test; ``tests/checker/test_end_offsets.py``). On a
 three-broker cluster whose leaders moved under kill -9, librdkafka's admin client kept answering
 ``FENCED_LEADER_EPOCH`` ("Leader epoch is older than broker epoch") for 15 minutes - its cached
 leader epoch was never refreshed - and a checker that asked it alone never applied its answers,
@@ -33,7 +38,8 @@ def end_offsets(
     timeout: float,
 ) -> dict[int, int]:
     """High-watermarks of ``partitions`` of ``topic``; a partition neither client could answer
-    for is left out (its caller treats it as not read to its end, and asks again next round)."""
+    for is left out (its caller treats it as not read to its end, and asks again next round),
+    and so are those the consumer would have been asked after it."""
     if admin is None:
         return {}  # the session has ended (its consumer is closing too)
     ends: dict[int, int] = {}
@@ -46,9 +52,14 @@ def end_offsets(
     )
     for tp, future in futures.items():
         try:
-            ends[tp.partition] = int(future.result().offset)
+            end = int(future.result().offset)
         except KafkaException as err:  # the consumer is asked below
             log.debug("admin: end offset of %s [%d] not known: %s", topic, tp.partition, err)
+            continue
+        if end < 0:  # librdkafka's answer when the leader's reply failed or came too late
+            log.debug("admin: end offset of %s [%d] not known (%d)", topic, tp.partition, end)
+            continue
+        ends[tp.partition] = end
     admin.poll(0)  # its librdkafka log comes out only here (outbox.kafka_logging)
     for p in sorted(partitions - ends.keys()):
         try:
@@ -61,6 +72,9 @@ def end_offsets(
                 err,
                 extra=fields(topic=topic, partition=p),
             )
-            continue
+            # The caller needs every end: the rest are not asked (each question may wait out
+            # ``timeout`` on a leader that is down, and a round must not outlast the checker's
+            # stuck timer).
+            break
         ends[p] = high
     return ends

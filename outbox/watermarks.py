@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from outbox import kafka_clients
 from outbox.closing import close_each
@@ -71,7 +71,8 @@ class Watermarks:
         Raises:
             KafkaException: no answer in ``timeout`` seconds (the leader is moving or down), or
                 the client's metadata names no leader it knows (the next query, once the client
-                is ``renew_after_s`` old, is asked by a fresh client).
+                is ``renew_after_s`` old, is asked by a fresh client), or an answer without a
+                high watermark (negative).
         """
         stale = None
         try:
@@ -86,6 +87,13 @@ class Watermarks:
         finally:
             if stale is not None:  # its queued librdkafka log comes out here
                 close_each([stale.close], log)
+        if high < 0:  # not known: an end every read position passes would be believed
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._FAIL,
+                    f"high watermark of {topic} [{partition}] not known ({high})",
+                )
+            )
         return int(low), int(high)
 
     def _renew(self, topic: str, partition: int, err: KafkaException) -> Consumer | None:

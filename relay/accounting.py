@@ -70,6 +70,7 @@ class Accounting:
                     _, high = consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True)
                 except KafkaException:
                     continue
-                lag[(topic, p)] = max(int(high) - committed, 0)
+                if high >= 0:  # (-1001 before the partition's first fetch: not known)
+                    lag[(topic, p)] = max(int(high) - committed, 0)
         self._lag = lag
         self.lag_at = now

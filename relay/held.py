@@ -42,8 +42,8 @@ def promote_held(
         return False
     offsets = op.half_offsets
     count = len(offsets)
-    if not count or txn in pending.in_flight:
-        return False
+    if not count or txn in pending.in_flight or len(entry.where) > count:
+        return False  # (more records read than named: relay.whole.left_out refuses it)
     last = max(offsets)
     if last >= state.half_position or (verified_end is not None and last >= verified_end):
         return False

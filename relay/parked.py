@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from relay.actions import Need, Promote, Reject
-from relay.whole import NOT_FOUND, Promotable, StillParked, part_of, topics_of
+from relay.whole import NOT_FOUND, Promotable, StillParked, left_out, part_of, topics_of
 
 if TYPE_CHECKING:
     from relay.state import PartitionState
@@ -64,8 +64,12 @@ def _retry(
     records = pending.records_of(op)
     if isinstance(records, Need):
         return records
-    why = NOT_FOUND if records is None else part_of(records)
-    if records is None or why is not None:  # (part_of: parked by an older relay)
+    why = (
+        NOT_FOUND
+        if records is None
+        else part_of(records) or (None if entry is None else left_out(op, entry.where))
+    )
+    if records is None or why is not None:  # parked by an older relay, or a record read since
         state.out.append(Reject(op, why or NOT_FOUND))
         state.counters.rejected += 1
         state.decided_now(op)

@@ -63,6 +63,7 @@ from relay.whole import (
     Promotable,
     StillParked,
     always,
+    left_out,
     never_parked,
     part_of,
     topics_of,
@@ -306,7 +307,8 @@ class PartitionState:
             return records
         if records is None:
             return self._reject(op, NOT_FOUND)
-        why = part_of(records)
+        entry = self.pending.get(op.txn_id)
+        why = part_of(records) or (None if entry is None else left_out(op, entry.where))
         if why is not None:
             return self._reject(op, why)
         if promotable(op, records) is not None:

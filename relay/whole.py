@@ -4,7 +4,7 @@ nothing, and only once the topics it writes to take its records.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord
@@ -54,3 +54,36 @@ def part_of(records: tuple[HalfRecord, ...]) -> str | None:
                 "transaction: re-send its messages from their source"
             )
     return None
+
+
+def left_out(op: OpRecord, read: Mapping[int, tuple[int, int]]) -> str | None:
+    """Why promoting the records ``op`` names would leave out a message of its transaction
+    that the relay has read (None: it read none beyond them). ``read`` maps the message
+    indexes of the transaction's half records read to their (offset, broker time).
+
+    Messages sent one by one carry no count for :func:`part_of` to check. But a producer
+    commits only once every send of the transaction was acknowledged (a send that failed breaks
+    it: it rolls back), so a record of index ``n`` or more under a COMMIT naming ``n`` is one of
+    its messages the COMMIT left out - a decision made from part of the transaction - and
+    promoting the named ones would lose the rest without a word."""
+    n = len(op.half_offsets)
+    beyond = sorted(i for i in read if i >= n)
+    if not beyond:
+        return None
+    plural = "s" if len(beyond) > 1 else ""
+    return (
+        f"names {n} half record(s) (offsets {_listed(op.half_offsets)}), but the relay read "
+        f"message{plural} {_listed(beyond)} of the transaction too (offset{plural} "
+        f"{_listed([read[i][0] for i in beyond])}): a decision made from part of its records. "
+        "Promoting the named ones would deliver part of the transaction: re-send its messages "
+        "from their source"
+    )
+
+
+def _listed(numbers: Sequence[int]) -> str:
+    """The first :data:`_SHOWN` of ``numbers`` (a transaction may have thousands)."""
+    more = ", ..." if len(numbers) > _SHOWN else ""
+    return ", ".join(str(n) for n in numbers[:_SHOWN]) + more
+
+
+_SHOWN = 10

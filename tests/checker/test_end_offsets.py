@@ -4,20 +4,27 @@ from its consumer when the admin client cannot give them: on a three-broker clus
 asked only it never applied its answers (docs/clusters.md). Here the admin client that cannot
 answer is one whose broker is gone. Either way the end is the high watermark, past a Kafka
 transaction still open (a relay's put-back copies): the checker's own read_committed consumer
-would stop at it, before half records acknowledged after it."""
+would stop at it, before half records acknowledged after it. And an end is never made up: a
+leader that does not answer in time gets an admin answer of offset -1001 without an error from
+librdkafka, which every read position passes (a COMMIT naming part of a transaction, in the
+three-broker fault test)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from checker.end_offsets import end_offsets
 from outbox.kafka_logging import log_to_python
+from outbox.testing import HarnessSettings
+from outbox.testing.stopping import freeze, thaw
 from outbox.watermarks import Watermarks
 from tests.kafka_helpers import add_partitions, admin_client, create_topic, open_transaction, unique
+from tests.outbox.test_broker_down import pausable_broker
 
 pytestmark = pytest.mark.integration
 
@@ -101,3 +108,42 @@ def test_a_partition_the_consumer_knows_nothing_of_is_answered_by_the_next_round
         assert watermarks.renewals == 1
     finally:
         watermarks.close()
+
+
+@pytest.mark.processes  # a broker of its own, frozen
+def test_a_leader_that_does_not_answer_in_time_gives_no_end(
+    harness_settings: HarnessSettings, tmp_path: Path
+) -> None:
+    # Given a broker of the test's own leading a half partition of 3 records, both clients
+    # having asked it (the checker's admin client, and its consumer asking watermarks)
+    with pausable_broker(harness_settings, tmp_path) as broker:
+        create_topic(broker.bootstrap, "halves", partitions=1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for _ in range(3):
+            producer.produce("halves", b"x", partition=0)
+        assert producer.flush(30) == 0
+        admin = admin_client(broker.bootstrap)
+        watermarks = Watermarks({"bootstrap.servers": broker.bootstrap}, renew_after_s=3600)
+        try:
+            assert end_offsets(admin, watermarks, "halves", {0}, timeout=3) == {0: 3}
+            assert watermarks.query("halves", 0, timeout=3)[1] == 3
+            # When the leader stops answering (frozen: its connections open, as a broker killed
+            # on another host is until its connections time out)
+            assert broker.proc is not None
+            freeze(broker.proc.pid)
+            try:
+                # (librdkafka's admin answer then: offset -1001, no error - what was taken for
+                # the end, read to before anything was read)
+                [answer] = admin.list_offsets(
+                    {TopicPartition("halves", 0): OffsetSpec.latest()},  # type: ignore[no-untyped-call]
+                    request_timeout=3,
+                ).values()
+                assert answer.result().offset == -1001
+                ends = end_offsets(admin, watermarks, "halves", {0}, timeout=3)
+            finally:
+                thaw(broker.proc.pid)
+            # Then its partition has no end (it was {0: -1001}), and the checker applies its
+            # COMMIT answers in a later round
+            assert ends == {}
+        finally:
+            watermarks.close()

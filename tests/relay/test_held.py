@@ -94,6 +94,18 @@ def test_a_commit_naming_a_record_the_reader_has_not_passed_is_declined_and_wait
     assert [r.index for r in promote.records] == [0, 1]  # type: ignore[union-attr]
 
 
+def test_a_commit_naming_part_of_the_records_held_is_declined_and_rejected(
+    fast_taken: list[int],
+) -> None:
+    state = relay.state.PartitionState(0)
+    state.add_half(half(0, 0, index=0))
+    state.add_half(half(0, 1, index=1))
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))  # names the first of the two held
+    [reject] = take(state).actions
+    assert fast_taken == [False] and type(reject).__name__ == "Reject"
+    assert "read message 1 of the transaction too (offset 1)" in reject.reason  # type: ignore[attr-defined]
+
+
 def test_a_commit_naming_an_offset_not_read_yet_waits_though_its_indexes_are_held(
     fast_taken: list[int],
 ) -> None:

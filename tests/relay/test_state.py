@@ -233,6 +233,65 @@ def test_a_commit_naming_fewer_records_than_their_message_count_is_rejected_whol
     assert batch.op_offset == 2 and state.pending_records == 0
 
 
+def test_a_commit_naming_fewer_records_than_the_relay_read_of_its_transaction_is_rejected() -> None:
+    """Messages sent one by one carry no count: a COMMIT naming the first of two (a checker that
+    missed the second) is told only by the second record the relay read. A producer commits only
+    once every send was acknowledged, so that record is one of the transaction's messages:
+    promoting the one named would deliver part of it, silently."""
+    state = PartitionState(0)
+    state.add_half(half(0, 0, 0))
+    state.add_half(half(1, 1))
+    state.add_half(half(0, 3, 1))
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    state.add_op(1, op(1, OpState.COMMIT, (1,), at=1))
+    batch = take(state)
+    assert kinds(batch) == [Reject, Promote]  # the next transaction is not held up
+    reject = batch.actions[0]
+    assert isinstance(reject, Reject)
+    assert reject.reason == (
+        "names 1 half record(s) (offsets 0), but the relay read message 1 of the transaction "
+        "too (offset 3): a decision made from part of its records. Promoting the named ones "
+        "would deliver part of the transaction: re-send its messages from their source"
+    )
+    assert state.counters.rejected == 1 and state.counters.promoted == 1
+    assert batch.op_offset == 2 and state.pending_records == 0
+
+
+def test_a_whole_commit_is_promoted_though_a_failed_attempt_left_a_copy_of_a_message() -> None:
+    """A half send retried after an attempt whose records landed all the same (acknowledged
+    without an offset, or late): the same message index twice, the COMMIT naming the retry's."""
+    state = PartitionState(0)
+    state.add_half(half(0, 0, 0))
+    state.add_half(half(0, 1, 1))  # the failed attempt's copy
+    state.add_half(half(0, 2, 1))  # the retry, acknowledged
+    state.add_op(0, op(0, OpState.COMMIT, (0, 2), at=0))
+    [promote] = take(state).actions
+    assert isinstance(promote, Promote) and [r.index for r in promote.records] == [0, 1]
+
+
+def test_a_commit_naming_part_of_an_evicted_transaction_is_rejected_once_read_back() -> None:
+    state = PartitionState(0, max_held_records=1)
+    state.add_half(half(0, 0, 0))
+    state.add_half(half(0, 1, 1))
+    state.add_half(half(1, 2))  # txn 0's values dropped under the cap; where they are is kept
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    [reject] = take(state, fetch=lambda offsets: [half(0, 0, 0)]).actions
+    assert isinstance(reject, Reject) and "read message 1 of the transaction too" in reject.reason
+
+
+def test_a_parked_commit_naming_part_of_its_transaction_is_rejected_once_the_rest_is_read() -> None:
+    """Parked while its topic was missing, before the reader reached the message it left out."""
+    state = PartitionState(0)
+    state.add_half(half(0, 0, 0))
+    state.add_op(0, op(0, OpState.COMMIT, (0,), at=0))
+    assert kinds(take(state, promotable=lambda o, r: "topic orders does not exist")) == [Remember]
+    state.add_half(half(0, 1, 1))
+    reject, forget = take(state).actions  # the topic is back
+    assert isinstance(reject, Reject) and "read message 1 of the transaction" in reject.reason
+    assert forget == Remember(TXN[0], None)
+    assert state.counters.rejected == 1 and state.counters.promoted == 0
+
+
 def test_a_commit_naming_more_records_than_their_message_count_is_rejected() -> None:
     state = PartitionState(0)
     state.add_half(half(0, 0, 0, count=1))
