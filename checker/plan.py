@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING
 
+from outbox.logs import fields as log_fields
 from outbox.protocol.half import HalfRecord
 from outbox.protocol.op import OpRecord
 from outbox.protocol.state import CheckCount
@@ -12,6 +14,8 @@ from outbox.protocol.states import OpState
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
+
+log = logging.getLogger("checker")
 
 
 @dataclass
@@ -54,6 +58,28 @@ class RoundPlan:
         else:
             self.counted.given_up += 1
             self.counted.incomplete += incomplete
+
+    def log_written(self) -> None:
+        """Say each COMMIT and ROLLBACK the round wrote, with the half offsets it names (giving
+        up is logged with its reason when decided). Once written: a round whose Kafka
+        transaction failed says nothing it did not do."""
+        for op in self.ops:
+            if op.state is OpState.GIVEN_UP:
+                continue
+            log.info(
+                "decided %s for transaction %s of group %s: half partition %d, offsets %s",
+                op.state.value,
+                op.txn_id,
+                op.producer_group,
+                op.half_partition,
+                list(op.half_offsets),
+                extra=log_fields(
+                    txn_id=op.txn_id,
+                    group=op.producer_group,
+                    partition=op.half_partition,
+                    offsets=list(op.half_offsets),
+                ),
+            )
 
     def __bool__(self) -> bool:
         return bool(self.ops or self.letters or self.states)

@@ -79,8 +79,6 @@ class CheckRound:
         self.caught_up = caught_up
         self.read_halves_to_end = read_halves_to_end
         self.pool = pool
-        #: Our own decisions, not read back yet (reading them back is no duplicate).
-        self.written: dict[str, OpState] = {}
 
     def plan(self, now_ms: int) -> RoundPlan:
         plan = RoundPlan()
@@ -346,24 +344,8 @@ class CheckRound:
             reason=reason,
         )
         plan.decision(op, incomplete=incomplete)
-        if state is not OpState.GIVEN_UP:  # (giving up is logged with its reason); written
-            log.info(  # with the round, or not at all if its Kafka transaction fails
-                "decided %s for transaction %s of group %s: half partition %d, offsets %s",
-                state.value,
-                entry.txn_id,
-                entry.group,
-                entry.partition,
-                list(op.half_offsets),
-                extra=fields(
-                    txn_id=entry.txn_id,
-                    group=entry.group,
-                    partition=entry.partition,
-                    offsets=list(op.half_offsets),
-                ),
-            )
         if tracing.otel is not None and (span := decision(tracing.otel, entry, op)) is not None:
             plan.spans.append(span)
         if entry.checks or entry.unreachable_since_ms is not None:
             plan.states.append((entry.partition, entry.txn_id, None))  # forget its count
-        self.written[entry.txn_id] = state
-        self.tracker.decide(entry.txn_id, state, entry.partition, now_ms)
+        self.tracker.wrote(entry.txn_id, state, entry.partition, now_ms)

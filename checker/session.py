@@ -278,8 +278,6 @@ class Session:
                 op.txn_id, op.producer_group, op.half_partition, op.half_offsets, msg.timestamp()[1]
             )
             return
-        if self.round.written.pop(op.txn_id, None) is op.state:
-            return  # our own decision, read back
         entry = self.tracker.decide(op.txn_id, op.state, partition, msg.timestamp()[1])
         if entry is not None and (entry.checks or entry.unreachable_since_ms is not None):
             self.tombstones.append((partition, op.txn_id))  # decided elsewhere: forget its count
@@ -363,6 +361,7 @@ class Session:
             self.stats.write_failures += len(plan.ops) + len(plan.letters)
             raise
         self.stats.add(plan.counted)
+        plan.log_written()
         self.tombstones = []
         self.committed_at = time.monotonic()
         self.tracker.prune()

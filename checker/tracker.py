@@ -103,6 +103,10 @@ class Tracker:
     #: lay past the committed offset (retention removed what was between) hold the committed
     #: position back meanwhile (:meth:`_holding`).
     catching_up: set[int] = field(default_factory=set)
+    #: Decisions this checker wrote, not read back from the op topic yet: txn id -> (state,
+    #: partition). Dropped with their partition (:meth:`drop_partition`): read back after the
+    #: partition came back, such an op decides the transaction read again meanwhile.
+    written: dict[str, tuple[OpState, int]] = field(default_factory=dict)
     duplicates: int = 0
     conflicts: int = 0
 
@@ -166,9 +170,21 @@ class Tracker:
         entry.due_ms = at_ms + self.timeout_ms
         self.pending[txn_id] = entry
 
+    def wrote(self, txn_id: str, state: OpState, partition: int, ts_ms: int) -> Pending | None:
+        """This checker decided: the transaction is no longer undecided, and its op, once read
+        back, is no duplicate (:meth:`decide`)."""
+        self.written.pop(txn_id, None)  # (an older write is no reason not to decide)
+        entry = self.decide(txn_id, state, partition, ts_ms)
+        self.written[txn_id] = (state, partition)
+        return entry
+
     def decide(self, txn_id: str, state: OpState, partition: int, ts_ms: int) -> Pending | None:
         """An op was read: the transaction is no longer undecided. The first terminal op wins;
-        a later one is counted, as a duplicate or, when its state differs, as a conflict."""
+        a later one is counted, as a duplicate or, when its state differs, as a conflict - but
+        for this checker's own decision read back (:meth:`wrote`)."""
+        own = self.written.pop(txn_id, None)
+        if own is not None and own[0] is state:
+            return None
         first = self.decided.get(txn_id)
         if first is None:
             self.decided[txn_id] = Decided(state, partition, ts_ms)
@@ -214,6 +230,8 @@ class Tracker:
             del self.decided[txn_id]
         for txn_id in [t for t, (p, _) in self.restored.items() if p == partition]:
             del self.restored[txn_id]
+        for txn_id in [t for t, (_, p) in self.written.items() if p == partition]:
+            del self.written[txn_id]
         self.last_half_ms.pop(partition, None)
         self.committed_half.pop(partition, None)
         self.first_read.pop(partition, None)

@@ -81,19 +81,19 @@ class Watermarks:
                     low, high = self._consumer.get_watermark_offsets(
                         TopicPartition(topic, partition), timeout=timeout, cached=False
                     )
+                    if high < 0:  # not known: an end every read position passes is no answer
+                        raise KafkaException(
+                            KafkaError(
+                                KafkaError._FAIL,
+                                f"high watermark of {topic} [{partition}] not known ({high})",
+                            )
+                        )
                 except KafkaException as err:
                     stale = self._renew(topic, partition, err)
                     raise
         finally:
             if stale is not None:  # its queued librdkafka log comes out here
                 close_each([stale.close], log)
-        if high < 0:  # not known: an end every read position passes would be believed
-            raise KafkaException(
-                KafkaError(
-                    KafkaError._FAIL,
-                    f"high watermark of {topic} [{partition}] not known ({high})",
-                )
-            )
         return int(low), int(high)
 
     def _renew(self, topic: str, partition: int, err: KafkaException) -> Consumer | None:

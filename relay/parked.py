@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from relay.actions import Need, Promote, Reject
-from relay.whole import NOT_FOUND, Promotable, StillParked, left_out, part_of, topics_of
+from relay.whole import NOT_FOUND, Promotable, StillParked, refused, topics_of
 
 if TYPE_CHECKING:
     from relay.state import PartitionState
@@ -67,7 +67,7 @@ def _retry(
     why = (
         NOT_FOUND
         if records is None
-        else part_of(records) or (None if entry is None else left_out(op, entry.where))
+        else refused(op, records, None if entry is None else entry.where)
     )
     if records is None or why is not None:  # parked by an older relay, or a record read since
         state.out.append(Reject(op, why or NOT_FOUND))

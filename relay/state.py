@@ -63,9 +63,8 @@ from relay.whole import (
     Promotable,
     StillParked,
     always,
-    left_out,
     never_parked,
-    part_of,
+    refused,
     topics_of,
 )
 
@@ -308,7 +307,7 @@ class PartitionState:
         if records is None:
             return self._reject(op, NOT_FOUND)
         entry = self.pending.get(op.txn_id)
-        why = part_of(records) or (None if entry is None else left_out(op, entry.where))
+        why = refused(op, records, None if entry is None else entry.where)
         if why is not None:
             return self._reject(op, why)
         if promotable(op, records) is not None:

@@ -35,6 +35,8 @@ def topics_of(records: tuple[HalfRecord, ...]) -> tuple[str, ...]:
 
 
 NOT_FOUND = "its half records were not found (retention?)"
+#: How many offsets or message indexes a refusal names at most.
+_SHOWN = 10
 GAP = "its half records were removed by retention before the relay read them"
 
 
@@ -86,4 +88,10 @@ def _listed(numbers: Sequence[int]) -> str:
     return ", ".join(str(n) for n in numbers[:_SHOWN]) + more
 
 
-_SHOWN = 10
+def refused(
+    op: OpRecord, records: tuple[HalfRecord, ...], read: Mapping[int, tuple[int, int]] | None
+) -> str | None:
+    """Why the COMMIT ``op`` may not promote ``records``, the ones it names (None: it may):
+    :func:`part_of`, then :func:`left_out` against the records of its transaction read
+    (``read``: None when none is pending here)."""
+    return part_of(records) or (None if read is None else left_out(op, read))

@@ -11,11 +11,12 @@ three-broker fault test)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from checker.end_offsets import end_offsets
@@ -132,13 +133,14 @@ def test_a_leader_that_does_not_answer_in_time_gives_no_end(
             assert broker.proc is not None
             freeze(broker.proc.pid)
             try:
-                # (librdkafka's admin answer then: offset -1001, no error - what was taken for
-                # the end, read to before anything was read)
+                # (librdkafka 2.16's admin answer then: offset -1001, no error - what was taken
+                # for the end, read to before anything was read; an error would do no harm)
                 [answer] = admin.list_offsets(
                     {TopicPartition("halves", 0): OffsetSpec.latest()},  # type: ignore[no-untyped-call]
                     request_timeout=3,
                 ).values()
-                assert answer.result().offset == -1001
+                with contextlib.suppress(KafkaException):
+                    assert answer.result().offset < 0
                 ends = end_offsets(admin, watermarks, "halves", {0}, timeout=3)
             finally:
                 thaw(broker.proc.pid)

@@ -166,3 +166,27 @@ def test_a_rebalance_during_the_read_to_the_end_gives_up_no_part_of_a_transactio
         gone: (OpState.GIVEN_UP, (3661, 3664)),
     }
     assert sorted(r.offset for r, _ in second.letters) == [3661, 3664]
+
+
+def test_a_decision_read_back_after_a_rebalance_is_not_asked_about_and_decided_again() -> None:
+    """A partition revoked after a round wrote its decision, before the op was read back, and
+    given back: the transaction is read again from the committed position (held back by one
+    pending before it) and its op read back (what ``Session._op`` does) must decide it, not be
+    taken for a decision still known. The session once kept its own decisions past a revoke and
+    swallowed the op - the transaction was asked about and decided a second time, a GIVEN_UP's
+    records dead-lettered twice; that glue is gone, so this walks the tracker's side of it."""
+    tracker = Tracker(timeout_ms=6_000, interval_ms=30_000)
+    tracker.reading_from(PARTITION, 3600)
+    tracker.add_half(half(3660, 0, 1_000))
+    pool = ThreadPoolExecutor(1)
+    round_ = check_round(tracker, lambda partitions: True, pool)
+    try:
+        [op] = round_.plan(now_ms=10_000).ops  # written with the round's Kafka transaction
+        tracker.drop_partition(PARTITION)  # Session._on_revoke, before the op was read back
+        tracker.reading_from(PARTITION, 3600)  # Session._on_assign: from the committed position
+        tracker.add_half(half(3660, 0, 1_000))  # read again: pending again
+        assert tracker.decide(TXN, op.state, PARTITION, 10_001) is not None  # Session._op
+        later = round_.plan(now_ms=10_000 + 30_000)
+    finally:
+        pool.shutdown()
+    assert later.ops == [] and TXN not in tracker.pending

@@ -190,6 +190,35 @@ def test_first_terminal_op_wins_and_later_ones_are_counted() -> None:
     assert tracker.pending == {}
 
 
+def test_this_checkers_own_decision_read_back_is_no_duplicate() -> None:
+    tracker = Tracker(timeout_ms=0, interval_ms=1)
+    tracker.add_half(half(0, broker_ms=0))
+    assert tracker.wrote(TXN, OpState.COMMIT, 0, 1) is not None
+    assert tracker.decide(TXN, OpState.COMMIT, 0, 2) is None  # read back
+    assert tracker.decide(TXN, OpState.COMMIT, 0, 3) is None  # another checker's, say
+    assert (tracker.duplicates, tracker.conflicts, tracker.written) == (1, 0, {})
+
+
+def test_a_decision_read_back_after_its_partition_came_back_decides_what_was_read_again() -> None:
+    # Given a decision written, its partition revoked before the op was read back, then given
+    # back, and the transaction's half read again from the committed position (a transaction
+    # pending before it held that position back)
+    tracker = Tracker(timeout_ms=0, interval_ms=1)
+    tracker.add_half(half(0, broker_ms=0))
+    tracker.wrote(TXN, OpState.GIVEN_UP, 0, 1)
+    tracker.drop_partition(0)
+    tracker.reading_from(0, 0)
+    tracker.add_half(half(0, broker_ms=0))
+    assert TXN in tracker.pending
+    # When the decision is read back
+    entry = tracker.decide(TXN, OpState.GIVEN_UP, 0, 2)
+    # Then it decides the transaction read again (before, it was taken for a decision still
+    # known here and swallowed: the transaction was asked about and decided a second time,
+    # its records dead-lettered twice)
+    assert entry is not None and tracker.pending == {} and tracker.due(10**9) == []
+    assert (tracker.duplicates, tracker.conflicts) == (0, 0)
+
+
 def test_breaker_opens_on_a_storm_of_bad_outcomes_and_closes_after_cooldown() -> None:
     breaker = Breaker(window=10, min_samples=5, threshold=0.8, cooldown_s=30)
     assert not any(breaker.record(False, now=0) for _ in range(5))
