@@ -35,8 +35,6 @@ def topics_of(records: tuple[HalfRecord, ...]) -> tuple[str, ...]:
 
 
 NOT_FOUND = "its half records were not found (retention?)"
-#: How many offsets or message indexes a refusal names at most.
-_SHOWN = 10
 GAP = "its half records were removed by retention before the relay read them"
 
 
@@ -80,6 +78,10 @@ def left_out(op: OpRecord, read: Mapping[int, tuple[int, int]]) -> str | None:
         "Promoting the named ones would deliver part of the transaction: re-send its messages "
         "from their source"
     )
+
+
+#: How many offsets or message indexes a refusal names at most.
+_SHOWN = 10
 
 
 def _listed(numbers: Sequence[int]) -> str:
